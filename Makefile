@@ -1,0 +1,14 @@
+# The two commands of the README. Both do their own set-up (scripts/setup.sh is idempotent).
+.PHONY: setup demo test bench
+
+setup:
+	bash scripts/setup.sh
+
+demo: setup
+	.venv/bin/easyvideor1 demo --out runs/demo
+
+test: setup
+	OMP_WAIT_POLICY=PASSIVE HF_HUB_OFFLINE=1 .venv/bin/python -m pytest -q -p no:cacheprovider tests
+
+bench: setup
+	for b in benchmarks/*.py; do OMP_WAIT_POLICY=PASSIVE .venv/bin/python $$b || exit 1; done

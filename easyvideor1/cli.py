@@ -1,0 +1,36 @@
+"""The `easyvideor1` command: parse arguments, then call into the package.
+
+Each subcommand lives next to the code it drives, in a module exposing
+`register(subparsers)`, which adds its parser and sets `func`. Modules are listed here and
+imported only when the command line is parsed, so `--help` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+COMMAND_MODULES = [
+    "easyvideor1.data.commands",  # synth, check-data
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="easyvideor1",
+        description="RL post-training and fast evaluation of video-understanding VLMs.",
+    )
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,171 @@
+"""The built-in synthetic task suite: the embedded default data.
+
+Small mp4 clips of coloured squares that appear, move and disappear, a few images, and
+`train.jsonl` / `val.jsonl` in the sample schema, deterministic by seed. Every task has a
+verifiable answer that can only be read from the pixels (the question text never names the
+answer), and every record carries a correct `offline_output` for hybrid training.
+
+Tasks (problem_type in brackets; chance level in `CHANCE`):
+  colour    [multiple choice]      colour of the single square (A-D, fixed option order)
+  motion    [multiple choice]      direction the square moves (A-D, fixed option order)
+  count     [numerical]            number of squares, 1-4
+  presence  [boolean]              is there a <colour> square? (balanced yes/no)
+  when      [temporal grounding]   [start, end] seconds during which the square is visible
+  where     [spatial grounding]    box [x1, y1, x2, y2] (source pixels) of the square
+  image_colour, image_count        the colour / count questions on a still image
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+COLOURS = {"red": (230, 30, 30), "green": (30, 200, 30), "blue": (40, 60, 235), "yellow": (235, 220, 30)}
+DIRECTIONS = {"left": (-1, 0), "right": (1, 0), "up": (0, -1), "down": (0, 1)}
+LETTERS = "ABCD"
+TASKS = ("colour", "motion", "count", "presence", "when", "where", "image_colour", "image_count")
+# Chance accuracy of a uniform guess (grounding: expected IoU of a random guess is reported
+# by the evaluator from the data; these are the classification tasks' levels).
+CHANCE = {"colour": 0.25, "motion": 0.25, "count": 0.25, "presence": 0.5,
+          "image_colour": 0.25, "image_count": 0.25}
+
+
+@dataclass(frozen=True)
+class SynthConfig:
+    size: int = 112  # frame side, pixels (a multiple of 28 and 16)
+    cell: int = 28  # square side and position grid, pixels
+    fps: int = 8  # source frame rate
+    seconds: int = 4  # clip length
+
+
+def _canvas(cfg: SynthConfig, frames: int) -> np.ndarray:
+    return np.zeros((frames, cfg.size, cfg.size, 3), dtype=np.uint8)  # [T, H, W, 3]
+
+
+def _draw(canvas: np.ndarray, x: int, y: int, side: int, rgb) -> None:
+    canvas[..., y:y + side, x:x + side, :] = rgb
+
+
+def _cells(cfg: SynthConfig) -> int:
+    return cfg.size // cfg.cell
+
+
+def _record(pid, task, problem, answer, ptype, thought, data_type, media, options=None):
+    rec = {
+        "problem_id": pid, "problem": problem, "answer": answer, "problem_type": ptype,
+        "data_type": data_type, "data_source": f"synthetic/{task}", "task": task,
+        "offline_output": f"<think>{thought}</think><answer>{answer}</answer>",
+    }
+    rec["videos" if data_type == "video" else "images"] = [media]
+    if options:
+        rec["options"] = options
+    return rec
+
+
+def _make_task(task: str, rng: np.random.Generator, cfg: SynthConfig):
+    """Return (pixels [T,H,W,3] uint8, problem, answer, problem_type, thought, options)."""
+    n_frames, cells = cfg.fps * cfg.seconds, _cells(cfg)
+    colour_names = list(COLOURS)
+    if task in ("colour", "image_colour"):
+        c = int(rng.integers(4))
+        px = _canvas(cfg, 1 if task == "image_colour" else n_frames)
+        gx, gy = rng.integers(cells, size=2) * cfg.cell
+        _draw(px, int(gx), int(gy), cfg.cell, COLOURS[colour_names[c]])
+        what = "image" if task == "image_colour" else "video"
+        options = [f"{LETTERS[i]}. {name}" for i, name in enumerate(colour_names)]
+        return px, f"What colour is the square in the {what}?", LETTERS[c], "multiple choice", \
+            f"the square is {colour_names[c]}", options
+    if task == "motion":
+        d = int(rng.integers(4))
+        name, (dx, dy) = list(DIRECTIONS.items())[d]
+        px = _canvas(cfg, n_frames)
+        span = cfg.size - cfg.cell
+        rgb = COLOURS[colour_names[int(rng.integers(4))]]
+        other = int(rng.integers(span + 1))
+        for t in range(n_frames):
+            pos = round(span * t / (n_frames - 1))
+            along = pos if (dx > 0 or dy > 0) else span - pos
+            x, y = (along, other) if dx else (other, along)
+            _draw(px[t], x, y, cfg.cell, rgb)
+        options = [f"{LETTERS[i]}. {n}" for i, n in enumerate(DIRECTIONS)]
+        return px, "In which direction does the square move?", LETTERS[d], "multiple choice", \
+            f"the square moves {name}", options
+    if task in ("count", "image_count"):
+        k = int(rng.integers(1, 5))
+        px = _canvas(cfg, 1 if task == "image_count" else n_frames)
+        for cell in rng.choice(cells * cells, size=k, replace=False):
+            gy, gx = divmod(int(cell), cells)
+            _draw(px, gx * cfg.cell, gy * cfg.cell, cfg.cell, COLOURS[colour_names[int(rng.integers(4))]])
+        what = "image" if task == "image_count" else "video"
+        return px, f"How many squares are in the {what}?", str(k), "numerical", f"I count {k} squares", None
+    if task == "presence":
+        asked = colour_names[int(rng.integers(4))]
+        present = bool(rng.integers(2))
+        others = [c for c in colour_names if c != asked]
+        shown = [asked] if present else [others[int(rng.integers(3))]]
+        px = _canvas(cfg, n_frames)
+        gx, gy = rng.integers(cells, size=2) * cfg.cell
+        _draw(px, int(gx), int(gy), cfg.cell, COLOURS[shown[0]])
+        ans = "yes" if present else "no"
+        return px, f"Is there a {asked} square in the video?", ans, "boolean", f"the square is {shown[0]}", None
+    if task == "when":
+        start = int(rng.integers(0, cfg.seconds))
+        end = int(rng.integers(start + 1, cfg.seconds + 1))
+        px = _canvas(cfg, n_frames)
+        gx, gy = rng.integers(cells, size=2) * cfg.cell
+        _draw(px[start * cfg.fps:end * cfg.fps], int(gx), int(gy), cfg.cell,
+              COLOURS[colour_names[int(rng.integers(4))]])
+        ans = json.dumps([float(start), float(end)])
+        return px, "During which seconds is the square visible? Give [start, end] in seconds.", ans, \
+            "temporal grounding", f"visible from {start} to {end} seconds", None
+    if task == "where":
+        t = int(rng.integers(cfg.seconds))
+        px = _canvas(cfg, n_frames)
+        gx, gy = (int(v) for v in rng.integers(cells, size=2) * cfg.cell)
+        _draw(px, gx, gy, cfg.cell, COLOURS[colour_names[int(rng.integers(4))]])
+        box = [gx, gy, gx + cfg.cell, gy + cfg.cell]
+        return px, (f"Where is the square at second {t}? Give its box [x1, y1, x2, y2] in pixels "
+                    f"of the {cfg.size}x{cfg.size} frame."), json.dumps(box), "spatial grounding", \
+            f"the square is at {box}", None
+    raise ValueError(f"unknown synthetic task {task!r}; known: {', '.join(TASKS)}")
+
+
+def write_suite(out_dir: str | Path, num_train: int = 256, num_val: int = 64, seed: int = 0,
+                tasks: tuple[str, ...] = TASKS, cfg: SynthConfig = SynthConfig()) -> dict[str, Path]:
+    """Write videos, images, train.jsonl and val.jsonl under `out_dir`; return the two paths.
+
+    Tasks cycle in order so every split holds each task in equal share; the content of
+    each sample is drawn from one generator seeded by `seed`.
+    """
+    from PIL import Image
+
+    from easyvideor1.vision.encode import write_video
+
+    out = Path(out_dir)
+    (out / "videos").mkdir(parents=True, exist_ok=True)
+    (out / "images").mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    paths = {}
+    for split, n in (("train", num_train), ("val", num_val)):
+        rows = []
+        for i in range(n):
+            task = tasks[i % len(tasks)]
+            pid = f"{split}-{i:05d}-{task}"
+            px, problem, answer, ptype, thought, options = _make_task(task, rng, cfg)
+            if px.shape[0] == 1:
+                media = f"images/{pid}.png"
+                Image.fromarray(px[0]).save(out / media)
+                data_type = "image"
+            else:
+                media = f"videos/{pid}.mp4"
+                write_video(out / media, px, fps=cfg.fps)
+                data_type = "video"
+            rows.append(_record(pid, task, problem, answer, ptype, thought, data_type, media, options))
+        paths[split] = out / f"{split}.jsonl"
+        with open(paths[split], "w", encoding="utf-8") as f:
+            for row in rows:
+                f.write(json.dumps(row) + "\n")
+    return paths
