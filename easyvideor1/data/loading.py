@@ -116,6 +116,8 @@ def record_to_sample(raw: dict[str, Any], index: int, data_root: str | os.PathLi
 
     if not isinstance(raw, dict):
         raise bad(f"expected an object, got {type(raw).__name__}")
+    extra = {k: v for k, v in raw.items() if k not in _CONSUMED}
+    raw = {k: v for k, v in raw.items() if v is not None}  # Parquet fills absent columns with null
     problem = raw.get("problem", raw.get("question"))
     has_media = any(raw.get(k) for k in ("videos", "video", "path", "images", "image", "image_path"))
     # Media records may leave the text empty (captioning): the template gives the instruction.
@@ -154,7 +156,6 @@ def record_to_sample(raw: dict[str, Any], index: int, data_root: str | os.PathLi
     if start is not None and end is not None and end <= start:
         raise bad(f"clip bounds start={start} end={end}: end must be after start")
     offline = raw.get("offline_output")
-    extra = {k: v for k, v in raw.items() if k not in _CONSUMED}
     if "solution" in raw and "answer" in raw:
         extra["original_answer"] = raw["answer"]  # e.g. MVBench: option text beside the letter
     root = Path(data_root)

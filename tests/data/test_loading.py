@@ -1,0 +1,119 @@
+"""Sample loading: JSON / JSONL / Parquet, the real benchmark files, and every bad-record class."""
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from easyvideor1.data.loading import DataError, load_records, load_samples
+
+ANNOTATIONS = Path(__file__).resolve().parents[3] / "shared" / "benchmark-annotations"
+
+GOOD = [
+    {"problem_id": "a", "problem": "What colour?", "answer": "B", "problem_type": "multiple choice",
+     "videos": ["clips/a.mp4"], "options": ["A. red", "B. blue"], "custom": 7},
+    {"problem_id": "b", "problem": "<image> How many?", "answer": 3, "problem_type": "numerical",
+     "images": ["img/b.png"]},
+    {"problem_id": "c", "problem": "2+2?", "answer": "4", "problem_type": "math"},
+]
+
+
+def _write(tmp_path, rows, fmt):
+    path = tmp_path / f"data.{fmt}"
+    if fmt == "json":
+        path.write_text(json.dumps(rows))
+    elif fmt == "jsonl":
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    else:  # every row has every column in a real Parquet file (absent values are null)
+        keys = sorted({k for r in rows for k in r})
+        pq.write_table(pa.Table.from_pylist([{k: r.get(k) for k in keys} for r in rows]), path)
+    return path
+
+
+@pytest.mark.parametrize("fmt", ["json", "jsonl", "parquet"])
+def test_formats_load_the_same_samples(tmp_path, fmt):
+    rows = [dict(r, answer=str(r["answer"])) for r in GOOD] if fmt == "parquet" else GOOD
+    samples = load_samples(_write(tmp_path, rows, fmt), data_root="/data")
+    assert [s.problem_id for s in samples] == ["a", "b", "c"]
+    a, b, c = samples
+    assert a.videos == ["/data/clips/a.mp4"] and a.data_type == "video"
+    assert a.options == ["A. red", "B. blue"] and a.extra["custom"] == 7
+    assert b.images == ["/data/img/b.png"] and b.data_type == "image" and b.answer == "3"
+    assert c.data_type == "text" and not c.videos and not c.images
+    assert a.to_dict()["custom"] == 7 and a.to_dict()["problem_id"] == "a"
+
+
+def test_relative_paths_default_to_the_file_folder(tmp_path):
+    samples = load_samples(_write(tmp_path, GOOD[:1], "jsonl"))
+    assert samples[0].videos == [str(tmp_path / "clips" / "a.mp4")]
+
+
+BAD = {
+    "no problem": {"answer": "A", "problem_type": "multiple choice"},
+    "no answer": {"problem": "q", "problem_type": "numerical"},
+    "no problem_type": {"problem": "q", "answer": "1"},
+    "bad data_type": {"problem": "q", "answer": "1", "problem_type": "numerical", "data_type": "audio"},
+    "video without file": {"problem": "q", "answer": "1", "problem_type": "numerical", "data_type": "video"},
+    "options not a list": {"problem": "q", "answer": "A", "problem_type": "multiple choice", "options": 5},
+    "clip end before start": {"problem": "q", "answer": "A", "problem_type": "multiple choice",
+                              "path": "v.mp4", "start": 5.0, "end": 2.0},
+}
+
+
+@pytest.mark.parametrize("name", list(BAD))
+def test_each_bad_record_class_is_named(tmp_path, name):
+    rows = [GOOD[2], BAD[name], dict(GOOD[2], problem_id="d")]
+    path = _write(tmp_path, rows, "jsonl")
+    result = load_records(path)
+    assert [s.problem_id for s in result.samples] == ["c", "d"]  # valid data around it survives
+    assert len(result.problems) == 1 and result.problems[0].index == 1
+    with pytest.raises(DataError, match="record 1"):
+        load_samples(path, on_error="fail")
+    assert [s.problem_id for s in load_samples(path, on_error="skip")] == ["c", "d"]
+
+
+def test_broken_jsonl_line_is_reported_and_the_rest_loads(tmp_path):
+    path = tmp_path / "d.jsonl"
+    path.write_text(json.dumps(GOOD[2]) + "\n{not json\n" + json.dumps(dict(GOOD[2], problem_id="z")) + "\n")
+    result = load_records(path)
+    assert [s.problem_id for s in result.samples] == ["c", "z"]
+    assert "line 2 is not valid JSON" in str(result.problems[0])
+
+
+def test_duplicate_ids_stay_unique_and_stable(tmp_path):
+    rows = [GOOD[2], GOOD[2], GOOD[2]]
+    samples = load_samples(_write(tmp_path, rows, "jsonl"))
+    assert [s.problem_id for s in samples] == ["c", "c#2", "c#3"]
+    assert samples[1].extra["original_problem_id"] == "c"
+
+
+def test_missing_file_and_unknown_suffix(tmp_path):
+    with pytest.raises(DataError, match="does not exist"):
+        load_samples(tmp_path / "nope.jsonl")
+    (tmp_path / "x.csv").write_text("a,b")
+    with pytest.raises(DataError, match="unsupported data file type"):
+        load_samples(tmp_path / "x.csv")
+
+
+@pytest.mark.skipif(not ANNOTATIONS.is_dir(), reason="shared/benchmark-annotations absent")
+@pytest.mark.parametrize("path", sorted(ANNOTATIONS.glob("*.json*")) if ANNOTATIONS.is_dir() else [],
+                         ids=lambda p: p.name)
+def test_real_benchmark_files_load_every_record(path):
+    raw = (json.loads(path.read_text()) if path.suffix == ".json"
+           else [json.loads(l) for l in path.read_text().splitlines() if l.strip()])
+    result = load_records(path, data_root="/bench")
+    assert result.problems == []
+    assert len(result.samples) == len(raw)
+    assert len({s.problem_id for s in result.samples}) == len(raw)
+    for r, s in zip(raw, result.samples):
+        assert s.answer == str(r.get("solution", r.get("answer")))
+        assert s.problem_type == r["problem_type"]
+        assert s.videos == [str(Path("/bench") / Path(r["path"]))] if "path" in r else True
+        if r.get("image_path"):
+            assert s.images[-1].endswith(Path(r["image_path"]).name)
+        if "start" in r:
+            assert (s.video_start, s.video_end) == (r["start"], r["end"])
+        if r.get("options"):
+            assert isinstance(s.options, list) and all(isinstance(o, str) for o in s.options)

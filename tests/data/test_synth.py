@@ -1,0 +1,102 @@
+"""The synthetic suite: deterministic, balanced, and every answer readable from the pixels."""
+
+import json
+from collections import defaultdict
+
+import av
+import numpy as np
+import pytest
+from PIL import Image
+
+from easyvideor1.data.loading import load_samples
+from easyvideor1.data.synth import COLOURS, DIRECTIONS, LETTERS, TASKS, write_suite
+
+
+@pytest.fixture(scope="module")
+def suite(tmp_path_factory):
+    out = tmp_path_factory.mktemp("synth")
+    write_suite(out, num_train=48, num_val=16, seed=3)
+    return out
+
+
+def _pixels(sample):
+    if sample.data_type == "image":
+        return np.asarray(Image.open(sample.images[0]).convert("RGB"))[None]
+    with av.open(sample.videos[0]) as c:
+        return np.stack([f.to_ndarray(format="rgb24") for f in c.decode(video=0)])
+
+
+def _squares(frame, cell=28):
+    """Colour name of each occupied grid cell, read from the cell's centre pixel."""
+    found = []
+    for gy in range(frame.shape[0] // cell):
+        for gx in range(frame.shape[1] // cell):
+            rgb = frame[gy * cell + cell // 2, gx * cell + cell // 2].astype(int)
+            if rgb.sum() > 150:
+                found.append((gx, gy, min(COLOURS, key=lambda c: np.abs(rgb - COLOURS[c]).sum())))
+    return found
+
+
+def _solve(sample):
+    """A hand-written solver that only looks at pixels (proves the answer is in them)."""
+    px = _pixels(sample)
+    task = sample.extra["task"]
+    lit = [t for t in range(len(px)) if px[t].max() > 100]
+    if task in ("colour", "image_colour"):
+        return LETTERS[list(COLOURS).index(_squares(px[0])[0][2])]
+    if task in ("count", "image_count"):
+        return str(len(_squares(px[0])))
+    if task == "presence":
+        asked = sample.problem.split(" a ")[1].split()[0]
+        return "yes" if any(c == asked for *_, c in _squares(px[0])) else "no"
+    if task == "when":
+        fps = 8
+        return json.dumps([float(lit[0] // fps), float((lit[-1] + 1) // fps)])
+    if task == "where":
+        ys, xs = np.nonzero(px[0].max(-1) > 100)
+        return json.dumps([int(xs.min()), int(ys.min()), int(xs.max()) + 1, int(ys.max()) + 1])
+    if task == "motion":
+        def centre(f):
+            ys, xs = np.nonzero(f.max(-1) > 100)
+            return xs.mean(), ys.mean()
+        (x0, y0), (x1, y1) = centre(px[0]), centre(px[-1])
+        dx, dy = x1 - x0, y1 - y0
+        move = (np.sign(dx), 0) if abs(dx) > abs(dy) else (0, np.sign(dy))
+        return LETTERS[[v for v in DIRECTIONS.values()].index(tuple(int(m) for m in move))]
+    raise AssertionError(task)
+
+
+def test_every_answer_is_readable_from_the_pixels(suite):
+    for split in ("train", "val"):
+        for s in load_samples(suite / f"{split}.jsonl"):
+            assert _solve(s) == s.answer, s.problem_id
+
+
+def test_questions_do_not_leak_answers(suite):
+    texts, by_task = defaultdict(set), defaultdict(list)
+    for s in load_samples(suite / "train.jsonl"):
+        texts[s.extra["task"]].add((s.problem, tuple(s.options or ())))
+        by_task[s.extra["task"]].append(s)
+    assert set(by_task) == set(TASKS) and len({len(v) for v in by_task.values()}) == 1  # balanced
+    for task in ("colour", "motion", "count", "when", "image_colour", "image_count"):
+        assert len(texts[task]) == 1, task  # one fixed text: it carries no information
+        assert len({s.answer for s in by_task[task]}) > 1, task
+    for s in by_task["where"]:  # the text names a second, never the box
+        assert not any(str(v) in s.problem.split("second")[1] for v in json.loads(s.answer) if v not in (112,))
+
+
+def test_offline_outputs_carry_the_answer(suite):
+    for s in load_samples(suite / "train.jsonl"):
+        assert s.has_offline_trajectory
+        assert s.offline_output.endswith(f"<answer>{s.answer}</answer>")
+        assert s.offline_output.startswith("<think>")
+
+
+def test_deterministic_by_seed(tmp_path):
+    a = write_suite(tmp_path / "a", num_train=8, num_val=2, seed=5)
+    b = write_suite(tmp_path / "b", num_train=8, num_val=2, seed=5)
+    c = write_suite(tmp_path / "c", num_train=8, num_val=2, seed=6)
+    assert a["train"].read_text() == b["train"].read_text()
+    assert a["train"].read_text() != c["train"].read_text()
+    for sa, sb in zip(load_samples(a["train"]), load_samples(b["train"])):
+        assert np.array_equal(_pixels(sa), _pixels(sb))
