@@ -130,14 +130,18 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
     return data
 
 
+def read_yaml(path: str) -> dict[str, Any]:
+    """A YAML config file as nested dicts."""
+    with open(path, encoding="utf-8") as f:
+        data = yaml.safe_load(f) or {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of sections")
+    return data
+
+
 def load(cls: type, path: str | None = None, overrides: list[str] | None = None) -> Any:
     """Load `cls` from a YAML file (optional) plus dotted overrides."""
-    data: dict[str, Any] = {}
-    if path:
-        with open(path, encoding="utf-8") as f:
-            data = yaml.safe_load(f) or {}
-        if not isinstance(data, dict):
-            raise ConfigError(f"{path}: the top level must be a mapping of sections")
+    data = read_yaml(path) if path else {}
     return from_dict(cls, apply_overrides(data, overrides or []))
 
 

@@ -1,0 +1,193 @@
+"""The training configuration: one dataclass tree, loaded from YAML plus dotted overrides.
+
+    easyvideor1 train configs/demo_cpu.yaml training.steps=50 algorithm.policy_loss=gspo
+
+Sections owned by other packages are embedded as they are (`vision` from
+`vision.config`, `algorithm` from `algorithms.config`). Each value is defined here once;
+nothing copies values between sections. `easyvideor1 train --help-config` lists every field.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from easyvideor1 import config_tree
+from easyvideor1.algorithms.config import PRESETS, AlgorithmConfig
+from easyvideor1.vision.config import VisionConfig
+
+
+@dataclass
+class DataConfig:
+    train_files: list[str] = field(default_factory=list)
+    """Training sample files (JSON, JSONL or Parquet)."""
+    val_files: list[str] = field(default_factory=list)
+    """Validation sample files, scored per problem_type during training."""
+    data_root: str | None = None
+    """Folder relative media paths resolve against (default: each file's folder)."""
+    on_error: Literal["fail", "skip"] = "fail"
+    """Bad records: stop with a report (`fail`) or skip them and report (`skip`)."""
+    template_dir: str | None = None
+    """Folder of Jinja prompt templates overriding the built-in ones."""
+    cache_dir: str | None = None
+    """Frame cache folder built by `easyvideor1 cache` (None: decode on the fly)."""
+    cache_mode: Literal["prefer_cache", "cache_only", "realtime"] = "prefer_cache"
+    """Read cached frames and fall back to decoding, require the cache, or always decode."""
+    max_prompt_tokens: int = 8192
+    """Prompts (text + vision tokens) longer than this are reported and skipped."""
+    shuffle: bool = True
+    """Shuffle training samples each epoch (seeded by training.seed)."""
+
+
+@dataclass
+class ModelConfig:
+    path: str = ""
+    """Local HF-format model folder (policy initialisation; also the reference model)."""
+    dtype: Literal["float32", "bfloat16", "float16"] = "bfloat16"
+    """Parameter dtype of the policy and reference (float32 on CPU for exact tests)."""
+    attn_implementation: str = "sdpa"
+    """Attention kernel: `sdpa`, `eager`, `flash_attention_2`."""
+    freeze_vision: bool = False
+    """Keep the vision tower frozen (no gradient, no optimizer state)."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass to save memory."""
+
+
+@dataclass
+class RolloutConfig:
+    engine: Literal["hf", "vllm"] = "hf"
+    """Generation engine: `hf` (generate on the policy) or `vllm` (colocated vLLM)."""
+    n: int = 8
+    """Responses per prompt (group size)."""
+    temperature: float = 1.0
+    """Sampling temperature for training rollouts."""
+    top_p: float = 1.0
+    """Nucleus sampling threshold."""
+    top_k: int = -1
+    """Top-k sampling (-1: off)."""
+    max_tokens: int = 1024
+    """Response length limit, tokens."""
+    val_temperature: float = 0.0
+    """Sampling temperature for validation (0: greedy)."""
+    tensor_parallel_size: int = 1
+    """vLLM tensor-parallel size (GPUs per engine)."""
+    gpu_memory_utilization: float = 0.6
+    """Fraction of GPU memory vLLM may take (colocated with training)."""
+    parity_check_every: int = 0
+    """Compare engine and trainer log-probs every k steps (0: never)."""
+
+
+@dataclass
+class HybridConfig:
+    enable: bool = False
+    """Put the sample's offline trajectory in the last slot of its group (paper section 3.2.1)."""
+    mode: Literal["always", "threshold"] = "always"
+    """`always` replace, or only when the group's online accuracy is below `threshold`."""
+    threshold: float = 0.5
+    """Online accuracy below which the offline trajectory is used (threshold mode)."""
+
+
+@dataclass
+class TrainingConfig:
+    steps: int = 100
+    """Optimizer steps (one rollout batch each)."""
+    rollout_batch_size: int = 32
+    """Prompts per step."""
+    mini_batch_size: int = 32
+    """Prompts per optimizer update within a step (PPO mini-batch)."""
+    micro_batch_size: int = 4
+    """Sequences per forward/backward (gradient accumulation unit)."""
+    ppo_epochs: int = 1
+    """Passes over each rollout batch."""
+    lr: float = 1e-6
+    """AdamW learning rate."""
+    weight_decay: float = 0.01
+    """AdamW weight decay."""
+    warmup_steps: int = 0
+    """Linear learning-rate warm-up, steps."""
+    lr_schedule: Literal["constant", "cosine"] = "constant"
+    """Learning-rate schedule after warm-up."""
+    grad_clip: float = 1.0
+    """Global gradient-norm clip (steps with a non-finite norm are skipped)."""
+    seed: int = 0
+    """Seed of data order, sampling and initialisation."""
+    val_every: int = 0
+    """Validate every k steps (0: only before and after training)."""
+    val_max_samples: int = 0
+    """Validate on at most this many samples (0: all)."""
+    max_minutes: float = 0.0
+    """Stop after this many minutes of training (0: no limit)."""
+
+
+@dataclass
+class LoggingConfig:
+    out_dir: str = "runs/train"
+    """Run folder: metrics.jsonl, checkpoints, report and plots."""
+    tensorboard: bool = False
+    """Also log to TensorBoard (needs `tensorboard`)."""
+    wandb: bool = False
+    """Also log to Weights & Biases (needs `wandb`)."""
+    wandb_project: str = "easyvideor1"
+    """W&B project name."""
+    progress: bool = True
+    """Show a progress bar with step time and ETA."""
+
+
+@dataclass
+class CheckpointConfig:
+    every: int = 0
+    """Save a checkpoint every k steps (0: only at the end)."""
+    keep: int = 2
+    """Keep the newest K checkpoints."""
+    resume: str = "auto"
+    """`auto` (newest complete checkpoint in out_dir), `never`, or a checkpoint folder."""
+    export_hf: bool = True
+    """Write an HF-format model folder (from_pretrained / vLLM loadable) at the end."""
+
+
+@dataclass
+class Config:
+    data: DataConfig = field(default_factory=DataConfig)
+    """Sample files, prompt templates and the frame cache."""
+    vision: VisionConfig = field(default_factory=VisionConfig)
+    """Frame sampling and pixel budgets."""
+    model: ModelConfig = field(default_factory=ModelConfig)
+    """Policy (and reference) model."""
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    """Generation engine and sampling."""
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    """Advantage estimator, policy loss, KL and aggregation."""
+    training: TrainingConfig = field(default_factory=TrainingConfig)
+    """Batch sizes, optimizer and schedule."""
+    hybrid: HybridConfig = field(default_factory=HybridConfig)
+    """Hybrid offline/online groups."""
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    """Where metrics and reports go."""
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    """Checkpoint cadence and resume."""
+
+    def __post_init__(self) -> None:
+        t = self.training
+        if t.rollout_batch_size % t.mini_batch_size:
+            raise ValueError(f"training.rollout_batch_size ({t.rollout_batch_size}) must be a multiple "
+                             f"of training.mini_batch_size ({t.mini_batch_size})")
+        if self.hybrid.enable and self.rollout.n < 2:
+            raise ValueError("hybrid.enable needs rollout.n >= 2 (n-1 online responses + 1 offline)")
+
+
+def load_config(path: str | None = None, overrides: list[str] | None = None) -> Config:
+    """Load and validate the tree from a YAML file plus `section.key=value` overrides.
+
+    `algorithm.preset: dapo` (a key of `algorithms.config.PRESETS`) fills the algorithm
+    section with that recipe; fields written beside it win.
+    """
+    data = config_tree.read_yaml(path) if path else {}
+    data = config_tree.apply_overrides(data, overrides or [])
+    algo = data.get("algorithm") or {}
+    if isinstance(algo, dict) and "preset" in algo:
+        algo = dict(algo)
+        name = algo.pop("preset")
+        if name not in PRESETS:
+            raise config_tree.ConfigError(f"algorithm.preset={name!r} is unknown; valid: {', '.join(PRESETS)}")
+        data["algorithm"] = {**PRESETS[name], **algo}
+    return config_tree.from_dict(Config, data)

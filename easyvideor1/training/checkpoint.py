@@ -1,0 +1,123 @@
+"""Checkpoints: save atomically, keep the newest K, resume exactly.
+
+A checkpoint is a folder `step-000010/` holding the model weights (safetensors), the
+optimizer and LR-schedule states, every RNG state, the data-loader position and the step.
+It is written as `step-000010.tmp-<pid>/` and renamed when complete, so a run killed at any
+moment leaves either a whole checkpoint or none; leftovers of killed writes are removed.
+
+Under FSDP2 the full (unsharded) states are gathered with torch.distributed.checkpoint's
+state-dict helpers and written by rank 0; every rank loads them back the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from safetensors.torch import load_file, save_file
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_model_state_dict,
+    set_optimizer_state_dict,
+)
+
+_NAME = re.compile(r"^step-(\d{6,})$")
+
+
+def _rank() -> int:
+    return dist.get_rank() if dist.is_initialized() else 0
+
+
+def rng_state() -> dict[str, Any]:
+    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if state["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def list_checkpoints(root: str | os.PathLike) -> list[Path]:
+    """Complete checkpoints under `root`, oldest first."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    found = [p for p in root.iterdir() if p.is_dir() and _NAME.match(p.name) and (p / "state.pt").exists()]
+    return sorted(found, key=lambda p: int(_NAME.match(p.name).group(1)))
+
+
+def save_checkpoint(root: str | os.PathLike, step: int, model: torch.nn.Module,
+                    optimizer: torch.optim.Optimizer, scheduler: Any, trainer_state: dict[str, Any],
+                    keep: int = 2) -> Path | None:
+    """Write checkpoint `step` under `root` (rank 0 writes; all ranks must call)."""
+    opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    model_sd = get_model_state_dict(model, options=opts)
+    optim_sd = get_optimizer_state_dict(model, optimizer, options=opts)
+    final = Path(root) / f"step-{step:06d}"
+    if _rank() == 0:
+        tmp = Path(root) / f"{final.name}.tmp-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        save_file({k: v.detach().clone().contiguous() for k, v in model_sd.items()},  # tied weights share memory
+                  tmp / "model.safetensors")
+        torch.save({"optimizer": optim_sd, "scheduler": scheduler.state_dict() if scheduler else None,
+                    "rng": rng_state(), "trainer": trainer_state, "step": step}, tmp / "state.pt")
+        (tmp / "meta.json").write_text(json.dumps({"step": step}))
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(tmp, final)
+        for old in list_checkpoints(root)[:-keep] if keep > 0 else []:
+            shutil.rmtree(old, ignore_errors=True)
+    if dist.is_initialized():
+        dist.barrier()
+    return final if _rank() == 0 else None
+
+
+def clean_partial(root: str | os.PathLike) -> None:
+    """Remove folders of checkpoint writes that were killed before their rename."""
+    root = Path(root)
+    if root.is_dir() and _rank() == 0:
+        for p in root.glob("step-*.tmp-*"):
+            shutil.rmtree(p, ignore_errors=True)
+
+
+def resolve_resume(root: str | os.PathLike, resume: str) -> Path | None:
+    """The checkpoint to resume from: `auto` -> newest complete one (or None), `never` -> None,
+    anything else is a checkpoint folder that must exist."""
+    if resume == "never":
+        return None
+    if resume == "auto":
+        found = list_checkpoints(root)
+        return found[-1] if found else None
+    path = Path(resume)
+    if not (path / "state.pt").exists():
+        raise FileNotFoundError(f"checkpoint.resume={resume}: no complete checkpoint there "
+                                "(expected state.pt); use 'auto' or a step-NNNNNN folder")
+    return path
+
+
+def load_checkpoint(path: str | os.PathLike, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                    scheduler: Any) -> dict[str, Any]:
+    """Restore model, optimizer, scheduler and RNG states; return the trainer state."""
+    path = Path(path)
+    state = torch.load(path / "state.pt", map_location="cpu", weights_only=False)
+    opts = StateDictOptions(full_state_dict=True, broadcast_from_rank0=False)
+    set_model_state_dict(model, load_file(path / "model.safetensors"), options=opts)
+    set_optimizer_state_dict(model, optimizer, state["optimizer"], options=opts)
+    if scheduler is not None and state["scheduler"] is not None:
+        scheduler.load_state_dict(state["scheduler"])
+    set_rng_state(state["rng"])
+    return state["trainer"]

@@ -1,0 +1,76 @@
+"""The metrics sink: console line, JSONL file, and TensorBoard / W&B when enabled.
+
+The only module that imports tensorboard or wandb (lazily, when enabled).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+
+class MetricsSink:
+    """Writes one record per step to `<out_dir>/metrics.jsonl` and to the enabled backends."""
+
+    def __init__(self, out_dir: str | Path, tensorboard: bool = False, wandb: bool = False,
+                 wandb_project: str = "easyvideor1", config: dict[str, Any] | None = None,
+                 enabled: bool = True):
+        self.enabled = enabled
+        self.path = Path(out_dir) / "metrics.jsonl"
+        self._tb = self._wandb = None
+        if not enabled:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError as e:
+                raise RuntimeError("logging.tensorboard=true needs `pip install tensorboard`") from e
+            self._tb = SummaryWriter(str(Path(out_dir) / "tensorboard"))
+        if wandb:
+            try:
+                import wandb as wandb_mod
+            except ImportError as e:
+                raise RuntimeError("logging.wandb=true needs `pip install wandb`") from e
+            self._wandb = wandb_mod.init(project=wandb_project, config=config, dir=str(out_dir))
+
+    def log(self, step: int, metrics: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        clean = {k: (float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v)
+                 for k, v in metrics.items()}
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(json.dumps({"step": step, **clean}, allow_nan=True) + "\n")
+        numeric = {k: v for k, v in clean.items() if isinstance(v, float) and math.isfinite(v)}
+        if self._tb is not None:
+            for k, v in numeric.items():
+                self._tb.add_scalar(k, v, step)
+        if self._wandb is not None:
+            self._wandb.log(numeric, step=step)
+
+    def close(self) -> None:
+        if self._tb is not None:
+            self._tb.close()
+        if self._wandb is not None:
+            self._wandb.finish()
+
+
+def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    """All records of a metrics.jsonl file (a resumed run's repeated steps: the last wins)."""
+    rows: dict[int, dict[str, Any]] = {}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                row = json.loads(line)
+                rows[row["step"]] = row
+    return [rows[k] for k in sorted(rows)]
+
+
+def console_line(step: int, metrics: dict[str, Any], keys: tuple[str, ...]) -> str:
+    parts = [f"step {step}"]
+    for k in keys:
+        if k in metrics and isinstance(metrics[k], (int, float)):
+            parts.append(f"{k.split('/')[-1]}={metrics[k]:.3g}")
+    return "  ".join(parts)
