@@ -1,0 +1,117 @@
+"""A step's responses in "response space", and the log-prob passes over them.
+
+Every per-token quantity of the step (old / reference / current log-probs, advantages,
+masks) is an [N, T] tensor: N responses, T the longest response. The forward passes run on
+prompt + response sequences built from the step's `Prompt`s (processor outputs reused, never
+recomputed) and their results are moved into response space by `to_response_space`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import torch
+
+from easyvideor1.models.collate import collate
+from easyvideor1.models.families import Family
+from easyvideor1.models.inputs import ModelInputs, append_response
+from easyvideor1.models.logprobs import sequence_logprobs
+from easyvideor1.models.mrope import MRopeSpec
+from easyvideor1.records import RewardResult, Rollout
+
+if TYPE_CHECKING:
+    from easyvideor1.rollout.base import Prompt
+
+
+@dataclass
+class RolloutBatch:
+    """All responses of one step with their groups; tensors filled stage by stage."""
+
+    prompts: list[Prompt]
+    rollouts: list[Rollout]  # N, grouped: rollouts of prompt g are contiguous
+    group_ids: torch.Tensor  # [N] long: index into `prompts`
+    response_ids: torch.Tensor  # [N, T] long, 0-padded
+    response_mask: torch.Tensor  # [N, T] bool
+    offline: torch.Tensor  # [N] bool: offline trajectory (LUFFY treats it off-policy)
+    results: list[RewardResult] = field(default_factory=list)  # N, once scored
+    old_log_probs: torch.Tensor | None = None  # [N, T]
+    ref_log_probs: torch.Tensor | None = None  # [N, T]
+    behaviour_log_probs: torch.Tensor | None = None  # [N, T] engine's, 0 where unknown
+    advantages: torch.Tensor | None = None  # [N, T]
+
+    @property
+    def size(self) -> int:
+        return len(self.rollouts)
+
+
+def make_batch(prompts: list[Prompt], groups: list[list[Rollout]]) -> RolloutBatch:
+    """Flatten groups (one per prompt) into a RolloutBatch."""
+    rollouts = [r for g in groups for r in g]
+    if not rollouts:
+        raise ValueError("no responses in this step (every prompt failed?)")
+    n, t = len(rollouts), max(1, max(len(r.token_ids) for r in rollouts))
+    ids = torch.zeros(n, t, dtype=torch.long)
+    mask = torch.zeros(n, t, dtype=torch.bool)
+    behaviour = torch.zeros(n, t)
+    for i, r in enumerate(rollouts):
+        ids[i, :len(r.token_ids)] = torch.as_tensor(r.token_ids, dtype=torch.long)
+        mask[i, :len(r.token_ids)] = True
+        if r.logprobs is not None:
+            behaviour[i, :len(r.logprobs)] = torch.as_tensor(r.logprobs)
+    group_ids = torch.tensor([g for g, grp in enumerate(groups) for _ in grp], dtype=torch.long)
+    offline = torch.tensor([r.offline for r in rollouts], dtype=torch.bool)
+    return RolloutBatch(prompts, rollouts, group_ids, ids, mask, offline, behaviour_log_probs=behaviour)
+
+
+def to_response_space(values: torch.Tensor, mask: torch.Tensor, lengths: torch.Tensor, width: int) -> torch.Tensor:
+    """Move the masked entries of `values` [B, L] (row-major: sequence by sequence) into [n, width]."""
+    out = values.new_zeros(len(lengths), width)
+    keep = torch.arange(width, device=values.device)[None] < lengths.to(values.device)[:, None]  # [n, width]
+    out[keep] = values[mask]
+    return out
+
+
+@dataclass
+class ForwardContext:
+    """What every forward pass over sequences needs; built once per run."""
+
+    family: Family
+    spec: MRopeSpec
+    pad_token_id: int
+    micro_batch_size: int
+    temperature: float  # rollout temperature: log-probs of the same distribution as the engine's
+    chunk_size: int = 1024
+    device: str | torch.device = "cpu"
+    pixel_dtype: torch.dtype | None = None
+
+
+def sequence_inputs(batch: RolloutBatch, indices: list[int], ctx: ForwardContext) -> list[ModelInputs]:
+    return [append_response(batch.prompts[int(batch.group_ids[i])].inputs, batch.rollouts[i].token_ids, ctx.spec)
+            for i in indices]
+
+
+def micro_batches(indices: list[int], size: int) -> list[list[int]]:
+    return [indices[i:i + size] for i in range(0, len(indices), size)]
+
+
+def forward_logprobs(model, batch: RolloutBatch, indices: list[int], ctx: ForwardContext,
+                     with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probs (and entropies) [n, T] of responses `indices` under `model` (grad as enabled)."""
+    items = sequence_inputs(batch, indices, ctx)
+    mb = collate(items, ctx.family, ctx.spec, ctx.pad_token_id).to(ctx.device, ctx.pixel_dtype)
+    out = sequence_logprobs(model, mb, chunk_size=ctx.chunk_size, temperature=ctx.temperature,
+                            with_entropy=with_entropy)
+    lengths = batch.response_mask[indices].sum(-1)
+    width = batch.response_mask.shape[1]
+    logp = to_response_space(out.logprobs, out.mask, lengths, width)
+    ent = to_response_space(out.entropy, out.mask, lengths, width) if out.entropy is not None else None
+    return logp, ent
+
+
+@torch.no_grad()
+def all_logprobs(model, batch: RolloutBatch, ctx: ForwardContext) -> torch.Tensor:
+    """[N, T] log-probs of every response, micro-batch by micro-batch, without gradients."""
+    parts = [forward_logprobs(model, batch, idx, ctx)[0]
+             for idx in micro_batches(list(range(batch.size)), ctx.micro_batch_size)]
+    return torch.cat(parts).cpu()
