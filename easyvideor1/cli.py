@@ -13,6 +13,7 @@ import sys
 
 COMMAND_MODULES = [
     "easyvideor1.data.commands",  # synth, check-data
+    "easyvideor1.vision.commands",  # cache
 ]
 
 

@@ -1,0 +1,281 @@
+"""Building the frame cache: `build_cache(samples, cfg, out_dir, workers)`.
+
+Each distinct (media file, parameters) pair is one job, decoded once however many samples
+name it; jobs run in worker processes (one FFmpeg/torch thread each) behind a tqdm bar.
+Finished entries are skipped on re-runs; `verify=True` loads every existing entry in full and
+rebuilds the ones that are damaged. Every sample ends up either in `manifest.jsonl` (the
+sample plus its cache keys) or in `failures.jsonl` (the sample, the file, the reason).
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import sys
+import time
+from collections.abc import Iterable
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from easyvideor1.records import Sample
+from easyvideor1.vision.cache import (
+    CONFIG_FILE,
+    FORMAT_VERSION,
+    INDEX_FILE,
+    CacheError,
+    check_cache_config,
+    entry_key,
+    entry_path,
+    index_name,
+    read_entry,
+    source_identity,
+    write_entry,
+)
+from easyvideor1.vision.config import VisionConfig
+from easyvideor1.vision.decode import MediaError, decode_image, decode_video
+
+MANIFEST_FILE = "manifest.jsonl"
+FAILURES_FILE = "failures.jsonl"
+
+
+@dataclass(frozen=True)
+class Job:
+    """One cache entry to make: a media file, its clip bounds and its key."""
+
+    kind: str  # video | image
+    path: str
+    start: float | None
+    end: float | None
+    key: str
+    source: dict[str, Any]  # the source identity the key was computed from
+
+
+@dataclass
+class Outcome:
+    """What became of one job."""
+
+    key: str
+    ok: bool
+    reason: str = ""  # MediaError reason code, or "error" for anything unexpected
+    detail: str = ""
+    bytes: int = 0
+
+
+@dataclass
+class CacheReport:
+    """Summary of one `build_cache` run."""
+
+    samples: int = 0  # samples given (plus bad records passed in as failures)
+    ok_samples: int = 0  # samples in the manifest
+    failed_samples: int = 0  # samples in the failure report
+    jobs: int = 0  # distinct (media, parameters) pairs
+    duplicates: int = 0  # media references served by another sample's job
+    built: int = 0  # entries written this run
+    skipped: int = 0  # entries already there
+    rebuilt: int = 0  # damaged entries found by verify and written again
+    failed_jobs: int = 0
+    bytes_written: int = 0
+    seconds: float = 0.0
+    manifest: str = ""
+    failures: str = ""
+    failure_reasons: dict[str, int] = field(default_factory=dict)
+
+    def summary(self) -> str:
+        """A few human lines for the end of the `cache` command."""
+        reasons = ", ".join(f"{k}: {v}" for k, v in sorted(self.failure_reasons.items())) or "none"
+        return (f"{self.ok_samples}/{self.samples} samples cached ({self.failed_samples} failed: {reasons})\n"
+                f"{self.jobs} distinct media ({self.duplicates} shared references): {self.built} built, "
+                f"{self.skipped} already cached, {self.rebuilt} rebuilt after verify, {self.failed_jobs} failed; "
+                f"{self.bytes_written / 1e6:.1f} MB written in {self.seconds:.1f}s\n"
+                f"manifest: {self.manifest}\nfailures: {self.failures}")
+
+
+def _media(sample: Sample) -> list[tuple[str, str, float | None, float | None]]:
+    return ([("video", v, sample.video_start, sample.video_end) for v in sample.videos]
+            + [("image", i, None, None) for i in sample.images])
+
+
+def _run_job(job: Job, cfg: VisionConfig, out_dir: str, verify: bool) -> Outcome:
+    """Make (or, with verify, check) one entry; runs in a worker process."""
+    path = entry_path(out_dir, job.key)
+    if path.exists():
+        if not verify:
+            return Outcome(job.key, True, reason="skipped")
+        try:
+            frames, _ = read_entry(path, cfg.key_params())
+            frames.pixels.sum()  # touch every byte: a truncated file fails here
+            return Outcome(job.key, True, reason="skipped")
+        except CacheError:
+            path.unlink(missing_ok=True)
+            rebuilt = True
+    else:
+        rebuilt = False
+    try:
+        if job.kind == "video":
+            frames = decode_video(job.path, cfg, job.start, job.end)
+        else:
+            frames = decode_image(job.path, cfg)
+        header = {"format_version": FORMAT_VERSION, "key": job.key, "kind": job.kind,
+                  "source": job.source,
+                  "params": cfg.key_params(), "start": job.start, "end": job.end}
+        size = write_entry(path, frames, header)
+    except MediaError as e:
+        return Outcome(job.key, False, e.reason, str(e))
+    except Exception as e:  # noqa: BLE001 - reported per file, the run goes on
+        return Outcome(job.key, False, "error", f"{job.kind} {job.path}: {type(e).__name__}: {e}")
+    return Outcome(job.key, True, reason="rebuilt" if rebuilt else "built", bytes=size)
+
+
+def _init_worker() -> None:
+    import torch
+
+    torch.set_num_threads(1)  # one process per core: threads inside would only contend
+
+
+def _prepare_dir(out_dir: Path, cfg: VisionConfig, content_hash: bool) -> None:
+    """Create the cache dir or check that it was built with `cfg`; clear stale temporary files."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stored = check_cache_config(out_dir, cfg)
+    if stored is not None and bool(stored.get("content_hash")) != content_hash:
+        raise CacheError(f"cache {out_dir} was built with content_hash={stored.get('content_hash')}; "
+                         "use the same setting or another --out")
+    if stored is None:
+        _write_json(out_dir / CONFIG_FILE, {"format_version": FORMAT_VERSION, "params": cfg.key_params(),
+                                            "content_hash": content_hash})
+    for tmp in (out_dir / "entries").glob("*/*.tmp*"):  # left by a killed run
+        pid = tmp.name.rsplit(".tmp", 1)[-1]
+        if not (pid.isdigit() and _alive(int(pid))):
+            tmp.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _write_json(path: Path, obj: Any) -> None:
+    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
+    tmp.write_text(json.dumps(obj, indent=1, sort_keys=True))
+    os.replace(tmp, path)
+
+
+def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
+    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
+    os.replace(tmp, path)
+
+
+def _execute(jobs: list[Job], cfg: VisionConfig, out_dir: str, workers: int, verify: bool,
+             progress: bool) -> dict[str, Outcome]:
+    from tqdm import tqdm
+
+    outcomes: dict[str, Outcome] = {}
+    bar = tqdm(total=len(jobs), unit="media", desc="cache", disable=not progress, file=sys.stderr,
+               dynamic_ncols=True, smoothing=0.1)
+    if workers == 0 or not jobs:
+        for job in jobs:
+            outcomes[job.key] = _run_job(job, cfg, out_dir, verify)
+            bar.update()
+    else:
+        method = "fork" if sys.platform.startswith("linux") else "spawn"
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context(method),
+                                 initializer=_init_worker) as pool:
+            futures = {pool.submit(_run_job, job, cfg, out_dir, verify): job for job in jobs}
+            for future in as_completed(futures):
+                job = futures[future]
+                try:
+                    outcomes[job.key] = future.result()
+                except BrokenProcessPool as e:  # a decoder crashed its worker
+                    outcomes[job.key] = Outcome(job.key, False, "error", f"{job.kind} {job.path}: worker died ({e})")
+                bar.update()
+    bar.close()
+    return outcomes
+
+
+def build_cache(samples: list[Sample], cfg: VisionConfig, out_dir: str | os.PathLike, workers: int | None = None,
+                verify: bool = False, content_hash: bool = False, progress: bool = True,
+                extra_failures: Iterable[dict[str, Any]] = ()) -> CacheReport:
+    """Decode every media file of `samples` into the cache at `out_dir`; see the module docstring.
+
+    `workers`: processes (None: one per CPU; 0: decode in this process). `extra_failures`:
+    rows to put in the failure report as they are (records the loader rejected).
+    """
+    t0 = time.perf_counter()
+    out = Path(out_dir)
+    _prepare_dir(out, cfg, content_hash)
+    params = cfg.key_params()
+    report = CacheReport(manifest=str(out / MANIFEST_FILE), failures=str(out / FAILURES_FILE))
+    jobs: dict[str, Job] = {}
+    sample_keys: list[list[tuple[str, str, str | None, MediaError | None]]] = []  # (kind, path, key, error)
+    for sample in samples:
+        refs = []
+        for kind, path, start, end in _media(sample):
+            try:
+                source = source_identity(path, kind, content_hash)
+            except MediaError as e:
+                refs.append((kind, path, None, e))
+                continue
+            key = entry_key(kind, source, params, start, end)
+            if key in jobs:
+                report.duplicates += 1
+            jobs.setdefault(key, Job(kind, source["path"], start, end, key, source))
+            refs.append((kind, path, key, None))
+        sample_keys.append(refs)
+    report.jobs = len(jobs)
+    workers = workers if workers is not None else (os.cpu_count() or 1)
+    outcomes = _execute(list(jobs.values()), cfg, str(out), workers, verify, progress)
+    for o in outcomes.values():
+        report.built += o.reason == "built"
+        report.rebuilt += o.reason == "rebuilt"
+        report.skipped += o.reason == "skipped"
+        report.failed_jobs += not o.ok
+        report.bytes_written += o.bytes
+    extra = list(extra_failures)
+    manifest, failures = [], list(extra)
+    for sample, refs in zip(samples, sample_keys):
+        bad = []
+        for kind, path, key, error in refs:
+            outcome = outcomes.get(key) if key else None
+            if error is not None:
+                bad.append({"file": path, "kind": kind, "reason": error.reason, "detail": str(error)})
+            elif outcome is not None and not outcome.ok:
+                bad.append({"file": path, "kind": kind, "reason": outcome.reason, "detail": outcome.detail})
+        if bad:
+            failures += [{"problem_id": sample.problem_id, **b, "sample": sample.to_dict()} for b in bad]
+            report.failed_samples += 1
+        else:
+            keys = {"videos": [k for kind, _, k, _ in refs if kind == "video"],
+                    "images": [k for kind, _, k, _ in refs if kind == "image"]}
+            manifest.append({**sample.to_dict(), "cache_keys": keys})
+    report.ok_samples = len(manifest)
+    report.samples = len(samples) + len(extra)
+    report.failed_samples += len(extra)
+    for f in failures:
+        report.failure_reasons[f.get("reason", "?")] = report.failure_reasons.get(f.get("reason", "?"), 0) + 1
+    _write_jsonl(out / MANIFEST_FILE, manifest)
+    _write_jsonl(out / FAILURES_FILE, failures)
+    _update_index(out, jobs.values(), outcomes)
+    report.seconds = time.perf_counter() - t0
+    return report
+
+
+def _update_index(out: Path, jobs: Iterable[Job], outcomes: dict[str, Outcome]) -> None:
+    """Record request -> key for every entry now present (lets cache_only work without sources)."""
+    path = out / INDEX_FILE
+    index = json.loads(path.read_text()) if path.exists() else {}
+    for job in jobs:
+        if outcomes.get(job.key) is not None and outcomes[job.key].ok:
+            index[index_name(job.kind, job.path, job.start, job.end)] = job.key
+    _write_json(path, index)

@@ -1,0 +1,143 @@
+"""Building the cache: reports, dedupe, re-runs, the `cache` command, and SIGKILL mid-run."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+from vision_media import moving_bar
+
+from easyvideor1.records import Sample
+from easyvideor1.vision.cache import FrameSource, read_entry
+from easyvideor1.vision.cache_build import build_cache
+from easyvideor1.vision.config import VisionConfig
+from easyvideor1.vision.encode import write_video
+
+CFG = VisionConfig(min_frames=4, max_frames=8, fps=3.0, video_max_pixels=56 * 56 * 4, video_min_pixels=56 * 56,
+                   image_max_pixels=28 * 28 * 16)
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _read_jsonl(path) -> list[dict]:
+    return [json.loads(line) for line in Path(path).read_text().splitlines()]
+
+
+def _entries(cache: Path) -> list[Path]:
+    return sorted((cache / "entries").glob("*/*.safetensors"))
+
+
+def test_report_dedupe_and_rerun(media_dir, broken_videos, tmp_path):
+    good = [Sample(f"q{i}", "A", "multiple choice", "video", videos=[str(media_dir / "h264.mp4")], problem_id=f"dup{i}")
+            for i in range(3)]
+    good.append(Sample("q", "A", "multiple choice", "image", images=[str(media_dir / "rgb.png")], problem_id="img"))
+    good.append(Sample("q", "4", "numerical", "text", problem_id="txt"))
+    bad = [Sample("q", "A", "multiple choice", "video", videos=[str(media_dir / name)], problem_id=f"bad-{name}")
+           for name in broken_videos]
+    bad.append(Sample("q", "A", "multiple choice", "image", images=[str(media_dir / "text.png")], problem_id="badimg"))
+    out = tmp_path / "cache"
+    report = build_cache(good + bad, CFG, out, workers=2, progress=False)
+    assert (report.samples, report.ok_samples, report.failed_samples) == (len(good) + len(bad), len(good), len(bad))
+    # h264.mp4 named three times: one job, two shared references
+    assert report.duplicates == 2 and report.built == 2 and report.skipped == 0
+    manifest, failures = _read_jsonl(report.manifest), _read_jsonl(report.failures)
+    assert [m["problem_id"] for m in manifest] == [s.problem_id for s in good]
+    assert len({m["cache_keys"]["videos"][0] for m in manifest[:3]}) == 1
+    assert manifest[3]["cache_keys"] == {"videos": [], "images": [manifest[3]["cache_keys"]["images"][0]]}
+    assert manifest[4]["cache_keys"] == {"videos": [], "images": []} and manifest[4]["problem"] == "q"
+    got = {f["problem_id"]: f["reason"] for f in failures}
+    assert got == {**{f"bad-{n}": r for n, r in broken_videos.items()}, "badimg": "not_an_image"}
+    assert all(f["file"].startswith(str(media_dir)) and f["sample"]["problem_id"] == f["problem_id"]
+               for f in failures)
+    assert not list((out / "entries").glob("*/*.tmp*"))
+    again = build_cache(good + bad, CFG, out, workers=2, progress=False)
+    assert (again.built, again.skipped, again.ok_samples) == (0, 2, len(good))
+
+
+def _cache_command(*args: str) -> list[str]:
+    """The `cache` subcommand through the real CLI when it is registered there, else via `register`."""
+    from easyvideor1 import cli
+
+    if "easyvideor1.vision.commands" in cli.COMMAND_MODULES:
+        return [sys.executable, "-m", "easyvideor1.cli", "cache", *args]
+    code = ("import argparse, sys; from easyvideor1.vision import commands; p = argparse.ArgumentParser(); "
+            "commands.register(p.add_subparsers()); a = p.parse_args(sys.argv[1:]); sys.exit(a.func(a))")
+    return [sys.executable, "-c", code, "cache", *args]
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "OMP_WAIT_POLICY": "PASSIVE", "PYTHONPATH": str(REPO)}
+
+
+def test_cache_command_reports_bad_records_and_files(media_dir, tmp_path):
+    rows = [
+        {"problem": "<video> what moves?", "answer": "A", "problem_type": "multiple choice", "videos": ["h264.mp4"],
+         "problem_id": "ok"},
+        {"problem": "where", "answer": "B", "problem_type": "multiple choice", "videos": ["absent.mp4"],
+         "problem_id": "gone"},
+        {"problem": "no answer", "problem_type": "numerical", "problem_id": "noanswer"},
+        {"problem": "2+2", "answer": "4", "problem_type": "numerical", "problem_id": "text"},
+    ]
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "cache"
+    proc = subprocess.run(_cache_command("--data", str(data), "--out", str(out), "--data-root", str(media_dir),
+                                         "--workers", "1", "--fps", "3", "--video-max-frames", "8",
+                                         "--video-max-pixels", str(56 * 56 * 4), "--video-min-pixels", str(56 * 56),
+                                         "--no-progress"),
+                          capture_output=True, text=True, env=_env(), timeout=120, check=False)
+    assert proc.returncode == 1, proc.stderr
+    assert "2/4 samples cached" in proc.stdout
+    assert [m["problem_id"] for m in _read_jsonl(out / "manifest.jsonl")] == ["ok", "text"]
+    failures = {f["problem_id"]: f for f in _read_jsonl(out / "failures.jsonl")}
+    assert failures["gone"]["reason"] == "missing" and failures["gone"]["file"].endswith("absent.mp4")
+    assert failures["noanswer"]["reason"] == "bad_record" and "answer" in failures["noanswer"]["detail"]
+    config = json.loads((out / "cache_config.json").read_text())
+    assert config["params"]["fps"] == 3.0 and config["params"]["max_frames"] == 8
+
+
+def test_sigkill_mid_build_leaves_only_valid_entries(tmp_path):
+    videos = []
+    for i in range(3):  # 10 s each; 8 clip segments per video = 24 distinct entries
+        path = tmp_path / "media" / f"long{i}.mp4"
+        write_video(path, moving_bar(300, 144, 192, seed=i), 30.0)
+        videos.append(path)
+    data = tmp_path / "data.jsonl"
+    rows = [{"problem": "q", "answer": "1", "problem_type": "numerical", "videos": [str(video)],
+             "video_start": k, "video_end": k + 2.5, "problem_id": f"{i}-{k}"}
+            for i, video in enumerate(videos) for k in range(8)]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "cache"
+    args = _cache_command("--data", str(data), "--out", str(out), "--workers", "2", "--fps", "4",
+                          "--video-max-frames", "8", "--no-progress")
+    proc = subprocess.Popen(args, env=_env(), start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.time() + 60
+    while not _entries(out) and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.005)
+    os.killpg(proc.pid, signal.SIGKILL)  # the command and its workers, wherever they are
+    proc.wait()
+    survivors = _entries(out)
+    assert 1 <= len(survivors) < 24, "the kill should land mid-run"
+    assert not (out / "manifest.jsonl").exists()
+    cfg = VisionConfig(fps=4.0, max_frames=8)
+    realtime = FrameSource(cfg, None, "realtime")
+    for entry in survivors:  # whatever survived is complete and correct
+        frames, header = read_entry(entry, cfg.key_params())
+        want = realtime.video(header["source"]["path"], header["start"], header["end"])
+        assert torch.equal(frames.pixels, want.pixels) and frames.metadata == want.metadata
+    rerun = subprocess.run(args, env=_env(), capture_output=True, text=True, timeout=120, check=False)
+    assert rerun.returncode == 0, rerun.stderr
+    assert len(_entries(out)) == 24 and not list((out / "entries").glob("*/*.tmp*"))
+    assert f"{len(survivors)} already cached" in rerun.stdout
+    source = FrameSource(cfg, out, "cache_only")
+    for row in _read_jsonl(out / "manifest.jsonl")[::5]:
+        sample = Sample(row["problem"], row["answer"], row["problem_type"], "video", videos=row["videos"],
+                        video_start=row["video_start"], video_end=row["video_end"])
+        assert torch.equal(source.frames_for_sample(sample)[0].pixels,
+                           realtime.frames_for_sample(sample)[0].pixels)
