@@ -49,6 +49,7 @@ class Problem:
 @dataclass
 class LoadResult:
     samples: list[Sample] = field(default_factory=list)
+    indices: list[int] = field(default_factory=list)  # position in the file of each sample
     problems: list[Problem] = field(default_factory=list)
 
 
@@ -200,6 +201,7 @@ def load_records(path: str | os.PathLike, data_root: str | os.PathLike | None = 
             sample.extra["original_problem_id"] = sample.problem_id
             sample.problem_id = f"{sample.problem_id}#{n + 1}"
         result.samples.append(sample)
+        result.indices.append(index)
     return result
 
 
