@@ -14,6 +14,9 @@ import sys
 COMMAND_MODULES = [
     "easyvideor1.data.commands",  # synth, check-data
     "easyvideor1.vision.commands",  # cache
+    "easyvideor1.models.commands",  # tiny-model
+    "easyvideor1.rewards.commands",  # score
+    "easyvideor1.training.commands",  # train, demo
 ]
 
 

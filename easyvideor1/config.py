@@ -14,6 +14,7 @@ from typing import Literal
 
 from easyvideor1 import config_tree
 from easyvideor1.algorithms.config import PRESETS, AlgorithmConfig
+from easyvideor1.rewards.config import RewardConfig
 from easyvideor1.vision.config import VisionConfig
 
 
@@ -146,6 +147,14 @@ class CheckpointConfig:
 
 
 @dataclass
+class ScoringConfig:
+    workers: int = 0
+    """Scorer processes (0: in the trainer process; code rewards sandbox themselves either way)."""
+    timeout_s: float = 60.0
+    """Per-response scoring limit when workers > 0 (a timeout scores 0 and is counted)."""
+
+
+@dataclass
 class Config:
     data: DataConfig = field(default_factory=DataConfig)
     """Sample files, prompt templates and the frame cache."""
@@ -157,6 +166,10 @@ class Config:
     """Generation engine and sampling."""
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     """Advantage estimator, policy loss, KL and aggregation."""
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    """Reward weights, format rule and per-family settings."""
+    scoring: ScoringConfig = field(default_factory=ScoringConfig)
+    """Where and how long rewards are computed."""
     training: TrainingConfig = field(default_factory=TrainingConfig)
     """Batch sizes, optimizer and schedule."""
     hybrid: HybridConfig = field(default_factory=HybridConfig)

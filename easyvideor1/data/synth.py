@@ -3,7 +3,8 @@
 Small mp4 clips of coloured squares that appear, move and disappear, a few images, and
 `train.jsonl` / `val.jsonl` in the sample schema, deterministic by seed. Every task has a
 verifiable answer that can only be read from the pixels (the question text never names the
-answer), and every record carries a correct `offline_output` for hybrid training.
+answer), and every record carries a correct `offline_output` for hybrid training: a short thought
+naming what is seen, then the answer (short, so it fits a small response budget).
 
 Tasks (problem_type in brackets; chance level in `CHANCE`):
   colour    [multiple choice]      colour of the single square (A-D, fixed option order)
@@ -77,7 +78,7 @@ def _make_task(task: str, rng: np.random.Generator, cfg: SynthConfig):
         what = "image" if task == "image_colour" else "video"
         options = [f"{LETTERS[i]}. {name}" for i, name in enumerate(colour_names)]
         return px, f"What colour is the square in the {what}?", LETTERS[c], "multiple choice", \
-            f"the square is {colour_names[c]}", options
+            colour_names[c], options
     if task == "motion":
         d = int(rng.integers(4))
         name, (dx, dy) = list(DIRECTIONS.items())[d]
@@ -92,7 +93,7 @@ def _make_task(task: str, rng: np.random.Generator, cfg: SynthConfig):
             _draw(px[t], x, y, cfg.cell, rgb)
         options = [f"{LETTERS[i]}. {n}" for i, n in enumerate(DIRECTIONS)]
         return px, "In which direction does the square move?", LETTERS[d], "multiple choice", \
-            f"the square moves {name}", options
+            name, options
     if task in ("count", "image_count"):
         k = int(rng.integers(1, 5))
         px = _canvas(cfg, 1 if task == "image_count" else n_frames)
@@ -100,7 +101,7 @@ def _make_task(task: str, rng: np.random.Generator, cfg: SynthConfig):
             gy, gx = divmod(int(cell), cells)
             _draw(px, gx * cfg.cell, gy * cfg.cell, cfg.cell, COLOURS[colour_names[int(rng.integers(4))]])
         what = "image" if task == "image_count" else "video"
-        return px, f"How many squares are in the {what}?", str(k), "numerical", f"I count {k} squares", None
+        return px, f"How many squares are in the {what}?", str(k), "numerical", f"{k} squares", None
     if task == "presence":
         asked = colour_names[int(rng.integers(4))]
         present = bool(rng.integers(2))
@@ -110,7 +111,7 @@ def _make_task(task: str, rng: np.random.Generator, cfg: SynthConfig):
         gx, gy = rng.integers(cells, size=2) * cfg.cell
         _draw(px, int(gx), int(gy), cfg.cell, COLOURS[shown[0]])
         ans = "yes" if present else "no"
-        return px, f"Is there a {asked} square in the video?", ans, "boolean", f"the square is {shown[0]}", None
+        return px, f"Is there a {asked} square in the video?", ans, "boolean", shown[0], None
     if task == "when":
         start = int(rng.integers(0, cfg.seconds))
         end = int(rng.integers(start + 1, cfg.seconds + 1))
@@ -118,9 +119,9 @@ def _make_task(task: str, rng: np.random.Generator, cfg: SynthConfig):
         gx, gy = rng.integers(cells, size=2) * cfg.cell
         _draw(px[start * cfg.fps:end * cfg.fps], int(gx), int(gy), cfg.cell,
               COLOURS[colour_names[int(rng.integers(4))]])
-        ans = json.dumps([float(start), float(end)])
+        ans = json.dumps([start, end])
         return px, "During which seconds is the square visible? Give [start, end] in seconds.", ans, \
-            "temporal grounding", f"visible from {start} to {end} seconds", None
+            "temporal grounding", f"{start} to {end}", None
     if task == "where":
         t = int(rng.integers(cfg.seconds))
         px = _canvas(cfg, n_frames)
@@ -129,7 +130,7 @@ def _make_task(task: str, rng: np.random.Generator, cfg: SynthConfig):
         box = [gx, gy, gx + cfg.cell, gy + cfg.cell]
         return px, (f"Where is the square at second {t}? Give its box [x1, y1, x2, y2] in pixels "
                     f"of the {cfg.size}x{cfg.size} frame."), json.dumps(box), "spatial grounding", \
-            f"the square is at {box}", None
+            f"row {gy // cfg.cell} column {gx // cfg.cell}", None
     raise ValueError(f"unknown synthetic task {task!r}; known: {', '.join(TASKS)}")
 
 

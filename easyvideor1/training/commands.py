@@ -1,0 +1,64 @@
+"""`easyvideor1 train` and `easyvideor1 demo`."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+
+def _train(args: argparse.Namespace) -> int:
+    from easyvideor1 import config_tree
+    from easyvideor1.config import Config, load_config
+
+    if args.help_config:
+        print("\n".join(config_tree.describe(Config)))
+        return 0
+    if not args.config:
+        raise SystemExit("easyvideor1 train: give a CONFIG file (see configs/), or --help-config")
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    from easyvideor1.training.export import export_hf
+    from easyvideor1.training.report import write_training_report
+    from easyvideor1.training.setup import build_run
+    from easyvideor1.training.trainer import train
+
+    cfg = load_config(args.config, args.overrides)
+    run = build_run(cfg)
+    train(run)
+    if run.rank == 0:
+        made = write_training_report(cfg.logging.out_dir)
+        print(f"report: {made['markdown']}")
+    if cfg.checkpoint.export_hf:
+        path = export_hf(run, f"{cfg.logging.out_dir}/hf_model")
+        if path:
+            print(f"HF model: {path}")
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from easyvideor1.training.demo import run_demo
+
+    run_demo(args.out, steps=args.steps, minutes=args.minutes, hybrid=not args.no_hybrid, seed=args.seed,
+             overrides=args.overrides)
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("train", help="RL post-training from a config",
+                              description="Train with a YAML config plus section.key=value overrides. "
+                                          "Under torchrun the same command runs on N processes / nodes.")
+    p.add_argument("config", nargs="?", help="YAML config (see configs/)")
+    p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. training.steps=10 rollout.n=4")
+    p.add_argument("--help-config", action="store_true", help="list every config field with its default and doc")
+    p.set_defaults(func=_train)
+
+    p = subparsers.add_parser("demo", help="the embedded default: tiny model + synthetic video tasks, on CPU",
+                              description="Build a tiny Qwen-VL model and the synthetic task suite, cache the "
+                                          "frames, measure validation accuracy, train with GRPO + hybrid "
+                                          "groups, measure again, and write a report with plots.")
+    p.add_argument("--out", default="runs/demo", help="output folder")
+    p.add_argument("--steps", type=int, default=None, help="training steps (default: the demo config's)")
+    p.add_argument("--minutes", type=float, default=12.0, help="stop training after this many minutes")
+    p.add_argument("--no-hybrid", action="store_true", help="on-policy only (no offline trajectories)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the model, data and training")
+    p.add_argument("overrides", nargs="*", help="extra config overrides, e.g. training.lr=1e-3")
+    p.set_defaults(func=_demo)

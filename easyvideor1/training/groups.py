@@ -1,0 +1,106 @@
+"""Stage 2 of a step: prompts -> scored groups (rollout, hybrid slot, rewards, filtering).
+
+`ScoreFn(responses, samples) -> list[RewardResult]` is injected, so the trainer never
+knows which reward families exist; the rewards package's batch scorer is the default.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from easyvideor1.algorithms import BatchFiller, filter_groups
+from easyvideor1.algorithms.config import AlgorithmConfig
+from easyvideor1.config import HybridConfig
+from easyvideor1.records import RewardResult, Rollout, Sample
+from easyvideor1.rollout.base import Prompt, RolloutEngine, SamplingParams
+from easyvideor1.training.hybrid import HybridCounters, fill_groups, online_count
+
+ScoreFn = Callable[[list[str], list[Sample]], list[RewardResult]]
+
+
+@dataclass
+class ScoredGroups:
+    prompts: list[Prompt]
+    groups: list[list[Rollout]]  # one per prompt
+    results: list[list[RewardResult]]  # aligned with groups
+    hybrid: HybridCounters = field(default_factory=HybridCounters)
+    filter_metrics: dict[str, float] = field(default_factory=dict)
+
+
+def _score(groups: list[list[Rollout]], prompts: list[Prompt], score_fn: ScoreFn) -> list[list[RewardResult]]:
+    flat = [(g, r) for g, grp in enumerate(groups) for r in grp]
+    results = score_fn([r.text for _, r in flat], [prompts[g].sample for g, _ in flat])
+    out: list[list[RewardResult]] = [[] for _ in groups]
+    for (g, _), res in zip(flat, results):
+        out[g].append(res)
+    return out
+
+
+def generate_scored_groups(prompts: list[Prompt], engine: RolloutEngine, params: SamplingParams, n: int,
+                           hybrid: HybridConfig, score_fn: ScoreFn, tokenizer, end_token: str) -> ScoredGroups:
+    """Generate each prompt's group, place offline trajectories, and score every response."""
+    counts = [online_count(p.sample, n, hybrid) for p in prompts]
+    online = engine.generate(prompts, counts, params)
+    online_results = _score(online, prompts, score_fn)
+    counters = HybridCounters()
+    accuracy = [[r.accuracy for r in res] for res in online_results]
+    groups = fill_groups([p.sample for p in prompts], online, accuracy, hybrid, tokenizer, end_token,
+                         params.max_tokens, counters)
+    # Offline trajectories sit after the kept online responses of their group; score them in one call.
+    kept = [sum(not r.offline for r in grp) for grp in groups]
+    offline_results = _score([grp[k:] for grp, k in zip(groups, kept)], prompts, score_fn)
+    results = [online_results[g][:k] + offline_results[g] for g, k in enumerate(kept)]
+    counters.offline_reward_sum = sum(x.overall for res in offline_results for x in res)
+    return ScoredGroups(prompts, groups, results, counters)
+
+
+def fill_filtered_batch(make_prompts: Callable[[], list[Prompt]], engine: RolloutEngine, params: SamplingParams,
+                        n: int, hybrid: HybridConfig, algo: AlgorithmConfig, score_fn: ScoreFn, tokenizer,
+                        end_token: str, target_groups: int) -> ScoredGroups:
+    """DAPO dynamic sampling: generate rounds of prompts until `target_groups` groups carry signal."""
+    filler = BatchFiller(target_groups, algo.max_filter_tries)
+    kept = ScoredGroups([], [], [])
+    while True:
+        round_ = generate_scored_groups(make_prompts(), engine, params, n, hybrid, score_fn, tokenizer, end_token)
+        values = [getattr(r, algo.filter_key, None) if algo.filter_key in ("overall", "accuracy", "format")
+                  else r.parts.get(algo.filter_key, 0.0) for res in round_.results for r in res]
+        ids = [g for g, res in enumerate(round_.results) for _ in res]
+        result = filter_groups(torch.tensor(values, dtype=torch.float64), ids,
+                               low=algo.filter_low, high=algo.filter_high)
+        for g in result.kept_groups[:target_groups - len(kept.groups)]:
+            kept.prompts.append(round_.prompts[g])
+            kept.groups.append(round_.groups[g])
+            kept.results.append(round_.results[g])
+        for name in ("groups_evaluated", "groups_replaced", "offline_truncated"):
+            setattr(kept.hybrid, name, getattr(kept.hybrid, name) + getattr(round_.hybrid, name))
+        kept.hybrid.offline_reward_sum += round_.hybrid.offline_reward_sum
+        if filler.add(result):
+            kept.filter_metrics = {f"filter/{k}": v for k, v in filler.metrics().items()}
+            return kept
+
+
+def reward_metrics(scored: ScoredGroups) -> dict[str, float]:
+    """Mean reward, accuracy and format per problem_type (online responses), plus overall."""
+    sums: dict[str, list[float]] = defaultdict(list)
+    for prompt, grp, res in zip(scored.prompts, scored.groups, scored.results):
+        ptype = prompt.sample.problem_type.lower().replace(" ", "_")
+        for r, x in zip(grp, res):
+            if r.offline:
+                continue
+            for key, value in (("reward", x.overall), ("accuracy", x.accuracy), ("format", x.format)):
+                sums[f"{key}/{ptype}"].append(value)
+                sums[f"{key}/all"].append(value)
+            sums["response/length"].append(len(r.token_ids))
+            sums["response/clipped"].append(float(r.finish_reason == "length"))
+            sums["reward/errors"].append(float(x.error is not None))
+    out = {k: sum(v) / len(v) for k, v in sums.items() if v}
+    out["reward/errors"] = sum(sums["reward/errors"])
+    h = scored.hybrid
+    out.update({"hybrid/groups_evaluated": h.groups_evaluated, "hybrid/groups_replaced": h.groups_replaced,
+                "hybrid/offline_truncated": h.offline_truncated,
+                "hybrid/offline_reward": h.offline_reward_sum / h.groups_replaced if h.groups_replaced else 0.0})
+    return {**out, **scored.filter_metrics}

@@ -1,0 +1,119 @@
+"""Build a `Run` from a `Config`: data, frames, models, engine, optimizer, metrics sink."""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from easyvideor1.config import Config
+from easyvideor1.config_tree import to_dict
+from easyvideor1.data.loading import load_samples
+from easyvideor1.models.families import family_of
+from easyvideor1.models.loading import load_policy, load_processor, load_reference, resolve_dtype
+from easyvideor1.models.mrope import mrope_spec
+from easyvideor1.records import RewardResult, Sample
+from easyvideor1.rewards.batch import score_batch
+from easyvideor1.training.fsdp import init_distributed, shard
+from easyvideor1.training.loader import PromptLoader
+from easyvideor1.training.metrics import MetricsSink
+from easyvideor1.training.sequences import ForwardContext
+from easyvideor1.training.trainer import Run
+from easyvideor1.vision.cache import FrameSource
+
+log = logging.getLogger(__name__)
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def load_split(files: list[str], cfg: Config) -> list[Sample]:
+    samples: list[Sample] = []
+    for f in files:
+        samples += load_samples(f, data_root=cfg.data.data_root, on_error=cfg.data.on_error)
+    return samples
+
+
+def make_score_fn(cfg: Config):
+    def score_fn(responses: list[str], samples: list[Sample]) -> list[RewardResult]:
+        return score_batch(responses, samples, cfg.reward, workers=cfg.scoring.workers, timeout_s=cfg.scoring.timeout_s)
+    return score_fn
+
+
+def make_scheduler(optimizer, cfg: Config):
+    t = cfg.training
+
+    def factor(step: int) -> float:
+        if t.warmup_steps and step < t.warmup_steps:
+            return (step + 1) / t.warmup_steps
+        if t.lr_schedule == "cosine":
+            progress = (step - t.warmup_steps) / max(1, t.steps - t.warmup_steps)
+            return 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+        return 1.0
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def make_engine(cfg: Config, model, processor, family, spec, device):
+    """The rollout engine named by `rollout.engine` (vLLM imported only when chosen)."""
+    if cfg.rollout.engine == "vllm":
+        from easyvideor1.rollout.vllm_engine import VLLMEngine
+
+        return VLLMEngine(cfg.model.path, processor, family, spec, tensor_parallel_size=cfg.rollout.tensor_parallel_size,
+                          gpu_memory_utilization=cfg.rollout.gpu_memory_utilization, dtype=cfg.model.dtype)
+    from easyvideor1.rollout.hf_engine import HFEngine
+
+    return HFEngine(model, processor, family, spec)
+
+
+def build_run(cfg: Config) -> Run:
+    """Everything the loop needs, built in dependency order."""
+    rank, world, device = init_distributed()
+    seed_everything(cfg.training.seed)
+    if cfg.training.rollout_batch_size % world:
+        raise ValueError(f"training.rollout_batch_size={cfg.training.rollout_batch_size} must be a multiple of the "
+                         f"number of processes ({world})")
+    train_samples = load_split(cfg.data.train_files, cfg)
+    val_samples = load_split(cfg.data.val_files, cfg)
+    frames = FrameSource(cfg.vision, cfg.data.cache_dir, cfg.data.cache_mode)
+
+    m = cfg.model
+    model = load_policy(m.path, m.dtype, m.attn_implementation, m.freeze_vision, m.gradient_checkpointing, device)
+    family, spec = family_of(model.config), mrope_spec(model.config)
+    if family.name != cfg.vision.family:
+        raise ValueError(f"model {m.path} is {family.name} but vision.family={cfg.vision.family}: the frame sizes "
+                         f"would not fit its grid; set vision.family={family.name}")
+    processor = load_processor(m.path)
+    reference = load_reference(m.path, m.dtype, m.attn_implementation, device) if cfg.algorithm.needs_reference else None
+    on_gpu = device.type == "cuda"
+    shard(model, mixed_precision=on_gpu and m.dtype == "float32")
+    if reference is not None:
+        shard(reference)
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=cfg.training.lr, weight_decay=cfg.training.weight_decay)
+    ctx = ForwardContext(family=family, spec=spec, pad_token_id=processor.tokenizer.pad_token_id,
+                         micro_batch_size=cfg.training.micro_batch_size,
+                         # log-probs of the distribution the engine sampled from (greedy: the raw one)
+                         temperature=cfg.rollout.temperature if cfg.rollout.temperature > 0 else 1.0, device=device,
+                         pixel_dtype=resolve_dtype(m.dtype))
+    engine = make_engine(cfg, model, processor, family, spec, device)
+    Path(cfg.logging.out_dir).mkdir(parents=True, exist_ok=True)
+    sink = MetricsSink(cfg.logging.out_dir, cfg.logging.tensorboard, cfg.logging.wandb, cfg.logging.wandb_project,
+                       config=to_dict(cfg), enabled=rank == 0)
+    return Run(cfg=cfg, model=model, reference=reference, engine=engine, processor=processor, ctx=ctx, frames=frames,
+               score_fn=make_score_fn(cfg), optimizer=optimizer, scheduler=make_scheduler(optimizer, cfg),
+               loader=PromptLoader(train_samples, cfg.training.rollout_batch_size, cfg.training.seed,
+                                   cfg.data.shuffle),
+               val_samples=val_samples, sink=sink, rank=rank, world=world,
+               end_token=_end_token(processor))
+
+
+def _end_token(processor) -> str:
+    tok = processor.tokenizer
+    return "<|im_end|>" if "<|im_end|>" in tok.get_vocab() else (tok.eos_token or "")

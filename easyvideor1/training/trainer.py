@@ -1,0 +1,221 @@
+"""The RL loop. One function per stage, called top to bottom:
+
+    prompts (frames + processor, once) -> rollout n per prompt -> hybrid slot -> rewards
+    -> (dynamic sampling) -> old / ref log-probs -> advantages -> PPO update -> weight sync
+    -> metrics -> validation / checkpoint
+
+Everything the loop needs arrives in a `Run` (built by `training.setup.build_run`), so a
+test can hand in a tiny model, another engine or another score function.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from easyvideor1.algorithms import ADVANTAGES, kl_estimate, kl_reward_penalty, make_kl_controller
+from easyvideor1.config import Config
+from easyvideor1.records import Sample
+from easyvideor1.rollout.base import RolloutEngine, SamplingParams
+from easyvideor1.training import checkpoint as ckpt
+from easyvideor1.training.groups import ScoredGroups, ScoreFn, fill_filtered_batch, generate_scored_groups, reward_metrics
+from easyvideor1.training.loader import PromptLoader, rank_slice
+from easyvideor1.training.metrics import MetricsSink, console_line
+from easyvideor1.training.prompts import prepare_prompts
+from easyvideor1.training.sequences import ForwardContext, RolloutBatch, all_logprobs, make_batch
+from easyvideor1.training.update import policy_update
+from easyvideor1.training.validation import validate
+from easyvideor1.vision.cache import FrameSource
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Run:
+    """Everything one training run uses; built once by `setup.build_run`."""
+
+    cfg: Config
+    model: torch.nn.Module  # the policy (FSDP2-sharded when distributed)
+    reference: torch.nn.Module | None  # frozen reference (None when KL is off)
+    engine: RolloutEngine
+    processor: Any
+    ctx: ForwardContext
+    frames: FrameSource
+    score_fn: ScoreFn
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    loader: PromptLoader
+    val_samples: list[Sample] = field(default_factory=list)
+    sink: MetricsSink | None = None
+    rank: int = 0
+    world: int = 1
+    end_token: str = "<|im_end|>"
+    step: int = 0
+    history: list[dict[str, float]] = field(default_factory=list)
+
+
+class StageTimer:
+    def __init__(self):
+        self.times: dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, name: str):
+        start = time.perf_counter()
+        yield
+        self.times[f"time/{name}"] = self.times.get(f"time/{name}", 0.0) + time.perf_counter() - start
+
+
+def sampling_params(cfg: Config, step: int) -> SamplingParams:
+    r = cfg.rollout
+    return SamplingParams(temperature=r.temperature, top_p=r.top_p, top_k=r.top_k, max_tokens=r.max_tokens,
+                          seed=cfg.training.seed * 1_000_003 + step)
+
+
+def rollout_stage(run: Run, step: int, timer: StageTimer) -> ScoredGroups:
+    """Prompts of this step -> scored groups (with dynamic sampling when enabled)."""
+    cfg = run.cfg
+    tokenizer = run.processor.tokenizer
+
+    def next_prompts():
+        samples = rank_slice(run.loader.next_batch(), run.rank, run.world)
+        with timer("prepare"):
+            prompts, failures = prepare_prompts(samples, run.frames, run.processor, run.ctx.family, run.ctx.spec,
+                                                cfg.data.template_dir, cfg.data.max_prompt_tokens)
+        run_failures.extend(failures)
+        return prompts
+
+    run_failures: list = []
+    params = sampling_params(cfg, step)
+    with timer("rollout"):
+        if cfg.algorithm.online_filtering:
+            target = cfg.training.rollout_batch_size // run.world
+            scored = fill_filtered_batch(next_prompts, run.engine, params, cfg.rollout.n, cfg.hybrid, cfg.algorithm,
+                                         run.score_fn, tokenizer, run.end_token, target)
+        else:
+            scored = generate_scored_groups(next_prompts(), run.engine, params, cfg.rollout.n, cfg.hybrid,
+                                            run.score_fn, tokenizer, run.end_token)
+    scored.filter_metrics["data/prompt_failures"] = float(len(run_failures))
+    return scored
+
+
+def advantage_stage(run: Run, batch: RolloutBatch, kl_coef: float) -> dict[str, float]:
+    """Fill `batch.advantages` with the configured estimator (KL-in-reward when configured)."""
+    algo = run.cfg.algorithm
+    rewards = torch.tensor([r.overall for r in batch.results], dtype=torch.float32)
+    parts = {k: torch.tensor([r.parts.get(k, getattr(r, k, 0.0)) for r in batch.results], dtype=torch.float32)
+             for k in algo.gdpo_reward_keys}
+    penalty = None
+    if algo.kl_in_reward:
+        penalty = kl_reward_penalty(batch.old_log_probs, batch.ref_log_probs, batch.response_mask,
+                                    kind=algo.kl_estimator, coef=kl_coef)
+    batch.advantages = ADVANTAGES[algo.adv_estimator](
+        rewards=rewards, group_ids=batch.group_ids, response_mask=batch.response_mask.float(), kl_penalty=penalty,
+        greedy_rewards=None, reward_parts=parts, **algo.estimator_kwargs())
+    mask = batch.response_mask
+    return {"advantage/mean": float(batch.advantages[mask].mean()) if mask.any() else 0.0,
+            "advantage/abs_max": float(batch.advantages[mask].abs().max()) if mask.any() else 0.0}
+
+
+def train_step(run: Run, step: int, kl_ctrl) -> dict[str, float]:
+    cfg, timer = run.cfg, StageTimer()
+    scored = rollout_stage(run, step, timer)
+    metrics = reward_metrics(scored)
+    batch = make_batch(scored.prompts, scored.groups)
+    batch.results = [x for res in scored.results for x in res]
+
+    n_mini = cfg.training.rollout_batch_size // cfg.training.mini_batch_size
+    on_policy = cfg.training.ppo_epochs == 1 and n_mini == 1
+    with timer("old_logprob"):
+        # Strictly on-policy (one update over the whole batch) the old log-probs are the
+        # current ones, detached: computed inside the update, saving a forward pass.
+        batch.old_log_probs = None if on_policy and not cfg.algorithm.kl_in_reward else all_logprobs(run.model, batch, run.ctx)
+    if run.reference is not None:
+        with timer("ref_logprob"):
+            batch.ref_log_probs = all_logprobs(run.reference, batch, run.ctx)
+    with timer("advantage"):
+        metrics.update(advantage_stage(run, batch, kl_ctrl.coef))
+    with timer("update"):
+        metrics.update(policy_update(run.model, run.optimizer, batch, cfg.algorithm, run.ctx,
+                                     ppo_epochs=cfg.training.ppo_epochs, n_mini=n_mini,
+                                     grad_clip=cfg.training.grad_clip, max_len=cfg.rollout.max_tokens,
+                                     kl_coef=kl_ctrl.coef))
+    if run.scheduler is not None:
+        run.scheduler.step()
+    with timer("sync"):
+        run.engine.update_weights(run.model)
+    if batch.ref_log_probs is not None:
+        if batch.old_log_probs is not None:
+            kl = kl_estimate(batch.old_log_probs, batch.ref_log_probs, "k1")
+            metrics["kl/policy_ref"] = float(kl[batch.response_mask].mean()) if batch.response_mask.any() else 0.0
+        else:
+            metrics["kl/policy_ref"] = metrics.get("actor/kl_loss", 0.0)
+        kl_ctrl.update(metrics["kl/policy_ref"], batch.size)
+    metrics.update(timer.times)
+    step_time = sum(timer.times.values())
+    tokens = int(batch.response_mask.sum()) + sum(len(p.inputs.input_ids) for p in batch.prompts)
+    metrics.update({"time/step": step_time, "perf/tokens_per_s": tokens / max(step_time, 1e-9),
+                    "lr": run.optimizer.param_groups[0]["lr"]})
+    return metrics
+
+
+def _checkpoint(run: Run, step: int) -> None:
+    state = {"loader": run.loader.state_dict(), "step": step}
+    ckpt.save_checkpoint(f"{run.cfg.logging.out_dir}/checkpoints", step, run.model, run.optimizer,
+                         run.scheduler, state, keep=run.cfg.checkpoint.keep)
+
+
+def maybe_resume(run: Run) -> int:
+    """Restore the newest complete checkpoint (per `checkpoint.resume`); return its step."""
+    root = f"{run.cfg.logging.out_dir}/checkpoints"
+    ckpt.clean_partial(root)
+    path = ckpt.resolve_resume(root, run.cfg.checkpoint.resume)
+    if path is None:
+        return 0
+    state = ckpt.load_checkpoint(path, run.model, run.optimizer, run.scheduler)
+    run.loader.load_state_dict(state["loader"])
+    run.engine.update_weights(run.model)
+    log.info("resumed from %s (step %d)", path, state["step"])
+    return int(state["step"])
+
+
+def train(run: Run) -> dict[str, Any]:
+    """Run the loop to `training.steps` (or `training.max_minutes`); return the final metrics."""
+    cfg = run.cfg
+    start = maybe_resume(run)
+    kl_ctrl = make_kl_controller(cfg.algorithm)
+    progress = None
+    if cfg.logging.progress and run.rank == 0:
+        from tqdm import tqdm
+
+        progress = tqdm(total=cfg.training.steps, initial=start, desc="train", unit="step", dynamic_ncols=True)
+    began = time.monotonic()
+    last: dict[str, Any] = {}
+    for step in range(start + 1, cfg.training.steps + 1):
+        run.step = step
+        metrics = train_step(run, step, kl_ctrl)
+        if cfg.training.val_every and step % cfg.training.val_every == 0 and run.val_samples:
+            metrics.update(validate(run, step))
+        if run.sink is not None and run.rank == 0:
+            run.sink.log(step, metrics)
+        run.history.append(metrics)
+        last = metrics
+        if progress is not None:
+            progress.update(1)
+            progress.set_postfix_str(console_line(step, metrics, ("reward/all", "accuracy/all", "time/step"))[
+                len(f"step {step}  "):])
+        if cfg.checkpoint.every and step % cfg.checkpoint.every == 0:
+            _checkpoint(run, step)
+        if cfg.training.max_minutes and (time.monotonic() - began) / 60 >= cfg.training.max_minutes:
+            log.info("stopping after %.1f minutes (training.max_minutes)", cfg.training.max_minutes)
+            break
+    if progress is not None:
+        progress.close()
+    if run.step and (not cfg.checkpoint.every or run.step % cfg.checkpoint.every):
+        _checkpoint(run, run.step)
+    return last
