@@ -17,6 +17,7 @@ COMMAND_MODULES = [
     "easyvideor1.models.commands",  # tiny-model
     "easyvideor1.rewards.commands",  # score
     "easyvideor1.training.commands",  # train, demo
+    "easyvideor1.evaluation.commands",  # report
 ]
 
 

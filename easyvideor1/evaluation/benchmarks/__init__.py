@@ -1,0 +1,81 @@
+"""The benchmark registry: name -> `Benchmark` (the paper's Table 2, plus file variants).
+
+`get_benchmark(name)` also accepts a path to a sample file (a generic benchmark scored per
+problem_type) and the `file-<stem>` name such a benchmark's results are stored under.
+"""
+
+from __future__ import annotations
+
+from easyvideor1.evaluation.benchmarks.base import Benchmark
+from easyvideor1.evaluation.benchmarks.clips import LIVESPORTS, ODVBENCH
+from easyvideor1.evaluation.benchmarks.generic import file_benchmark, is_file_benchmark
+from easyvideor1.evaluation.benchmarks.grounding import CHARADES_STA, STVG
+from easyvideor1.evaluation.benchmarks.multiple_choice import (
+    HOLMES,
+    LONGVIDEOBENCH,
+    LONGVIDEOREASON,
+    LVBENCH,
+    MINERVA,
+    MLVU,
+    MLVU_DEV,
+    MMVU,
+    MMVU_ALL,
+    MOTIONBENCH,
+    VIDEOMME,
+)
+from easyvideor1.evaluation.benchmarks.mvbench import MVBENCH
+from easyvideor1.evaluation.benchmarks.open_ended import VCRBENCH, VIDEOREASONBENCH
+from easyvideor1.evaluation.benchmarks.ovobench import OVOBENCH
+from easyvideor1.evaluation.benchmarks.tempcompass import TEMPCOMPASS
+from easyvideor1.evaluation.benchmarks.videomathqa import VIDEOMATHQA
+from easyvideor1.evaluation.benchmarks.videomme_v2 import VIDEOMME_V2
+from easyvideor1.evaluation.benchmarks.videommmu import VIDEOMMMU
+from easyvideor1.evaluation.benchmarks.vsibench import VSIBENCH
+
+BENCHMARKS: dict[str, Benchmark] = {
+    "videomme": VIDEOMME,
+    "videomme_v2": VIDEOMME_V2,
+    "mvbench": MVBENCH,
+    "tempcompass": TEMPCOMPASS,
+    "motionbench": MOTIONBENCH,
+    "lvbench": LVBENCH,
+    "longvideobench": LONGVIDEOBENCH,
+    "mlvu": MLVU,
+    "mlvu-dev": MLVU_DEV,
+    "holmes": HOLMES,
+    "minerva": MINERVA,
+    "vcrbench": VCRBENCH,
+    "videoreasonbench": VIDEOREASONBENCH,
+    "longvideoreason": LONGVIDEOREASON,
+    "mmvu": MMVU,
+    "mmvu-all": MMVU_ALL,
+    "videommmu": VIDEOMMMU,
+    "videomathqa": VIDEOMATHQA,
+    "vsibench": VSIBENCH,
+    "charades_sta": CHARADES_STA,
+    "stvg": STVG,
+    "ovobench": OVOBENCH,
+    "odvbench": ODVBENCH,
+    "livesports3k_qa": LIVESPORTS,
+}
+# The 22 benchmarks of the paper's Table 2 (the others are file variants of the same ones).
+PAPER_BENCHMARKS = (
+    "videomme", "videomme_v2", "mvbench", "tempcompass", "motionbench", "lvbench",
+    "longvideobench", "mlvu", "holmes", "minerva", "vcrbench", "videoreasonbench",
+    "longvideoreason", "mmvu", "videommmu", "videomathqa", "vsibench", "charades_sta", "stvg",
+    "ovobench", "odvbench", "livesports3k_qa",
+)
+
+
+def get_benchmark(name: str) -> Benchmark:
+    """The registered benchmark, or a file benchmark for a sample-file path / `file-<stem>`.
+    Anything else is an error listing the registered names."""
+    if name in BENCHMARKS:
+        return BENCHMARKS[name]
+    if is_file_benchmark(name):
+        return file_benchmark(name)
+    raise ValueError(f"unknown benchmark {name!r}; choose from {', '.join(BENCHMARKS)}, "
+                     "or give the path of a .json/.jsonl/.parquet sample file")
+
+
+__all__ = ["BENCHMARKS", "PAPER_BENCHMARKS", "Benchmark", "get_benchmark"]

@@ -1,0 +1,206 @@
+"""`Benchmark`: what an evaluation pipeline needs to know about one benchmark.
+
+The pipeline only does, per benchmark:
+
+    samples = bench.load(data_root)                    # records -> Sample, quirks handled
+    store = ResultStore.open(out_dir, bench.name, settings)   # refuses other settings
+    for s in store.pending(samples):                   # resume: ids not yet written
+        text = bench.prompt(s)                         # user prompt (media go in s.videos, s.images)
+        response = engine.generate(...)
+        store.append(bench.result_row(s, response, ...))   # extract + score + labels
+        # or, when loading/generating failed: store.append(bench.failed_row(s, reason))
+    summary = bench.aggregate(store.rows())            # official breakdowns
+
+Scores come from the reward scorers (`easyvideor1.rewards.score`); a benchmark's score is
+the scorer's `accuracy` (0/1 for choices, IoU for grounding, MRA for regression...), not the
+training reward `overall`: the format term rewards the `<think>`/`<answer>` layout, which an
+instruct model under a benchmark's own prompt has no reason to follow.
+
+Media order: a record with both a video and images (Video-MMMU's `image_path`) shows the
+video first and the images after it; `prompt` then adds "The image for this question is at
+the end of the video." to the question (as upstream EasyVideoR1 does).
+
+Scorer: `score_fn(response, sample) -> RewardResult`, default `easyvideor1.rewards.score`; for
+an LLM judge on open-ended answers pass
+`functools.partial(rewards.score, cfg=RewardConfig(judge=JudgeConfig(...)))`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from easyvideor1.data.loading import DataError, load_samples, read_records
+from easyvideor1.evaluation.aggregate import Aggregate, accuracy
+from easyvideor1.evaluation.results import ResultRow
+from easyvideor1.records import RewardResult, Sample
+
+IMAGE_AFTER_VIDEO_HINT = "The image for this question is at the end of the video."
+# Sub-folders searched (after data_root itself) for a benchmark's annotation file.
+ANNOTATION_DIRS = ("", "valid_data", "annotations")
+
+ScoreFn = Callable[[str, Sample], RewardResult]
+
+
+def _no_labels(sample: Sample) -> dict[str, str]:
+    return {}
+
+
+def _unchanged(sample: Sample, data_root: Path) -> Sample:
+    return sample
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    """One benchmark: where its records are, how to prompt, score and summarize them."""
+
+    name: str
+    """Registry name (what `--benchmarks` takes)."""
+    title: str
+    """Display name in reports."""
+    files: tuple[str, ...]
+    """Annotation file names tried in order under the data root (converted sample schema, or
+    the official release layout when `importer` is set)."""
+    source: str
+    """Where the format and the official metrics come from."""
+    breakdowns: tuple[str, ...] = ()
+    """Labels reported as per-category tables (a subset of what `labels` returns)."""
+    labels: Callable[[Sample], dict[str, str]] = _no_labels
+    """Breakdown and grouping labels of a sample, stored in its result row."""
+    prepare: Callable[[Sample, Path], Sample] = _unchanged
+    """Applied to every loaded sample (map task types, clip bounds...); originals go to extra."""
+    summarize: Callable[[str, list[ResultRow]], Aggregate] | None = None
+    """Official aggregate from result rows; None: accuracy with the `breakdowns` tables."""
+    importer: Callable[[Path, Path], list[Sample]] | None = None
+    """Reader of the official release layout (annotation path, data root) -> samples; used
+    when the annotation file is not in the sample schema."""
+
+    def find_file(self, data_root: str | os.PathLike) -> Path:
+        """The first of `files` present under `data_root` (or its valid_data/, annotations/)."""
+        root = Path(data_root)
+        tried = [root / sub / name for name in self.files for sub in ANNOTATION_DIRS]
+        for path in tried:
+            if path.is_file():
+                return path
+        listing = "\n  ".join(str(p) for p in tried)
+        raise FileNotFoundError(f"{self.title}: no annotation file under {root}; looked for:\n  {listing}\n"
+                                f"Put the file there or pass its path (annotation_file / --annotation).")
+
+    def load(self, data_root: str | os.PathLike | None = None,
+             annotation_file: str | os.PathLike | None = None) -> list[Sample]:
+        """Every record as a Sample (media paths resolved against `data_root`, default the
+        annotation file's folder), prepared.
+
+        Raises `DataError` listing every bad record: a benchmark is never silently shortened.
+        """
+        if annotation_file is not None:
+            path = Path(annotation_file)
+        elif data_root is None and self.files and Path(self.files[0]).is_absolute():
+            path = Path(self.files[0])  # a file benchmark
+        elif data_root is None:
+            raise ValueError(f"{self.title}: give the data root holding its files and videos")
+        else:
+            path = self.find_file(data_root)
+        root = Path(data_root) if data_root is not None else path.parent
+        if self.importer is not None and not is_sample_schema(path):
+            samples = self.importer(path, root)
+        else:
+            samples = load_samples(path, data_root=root, on_error="fail")
+        for s in samples:  # labels may need the path as the record wrote it (e.g. video/COIN/x.mp4)
+            if s.videos and "://" not in s.videos[0]:
+                s.extra.setdefault("video_relpath", Path(os.path.relpath(s.videos[0], root)).as_posix())
+        return [self.prepare(s, root) for s in samples]
+
+    def prompt(self, sample: Sample, template_dir: str | os.PathLike | None = None) -> str:
+        """The user prompt text for `sample` (the package's task templates, or `template_dir`'s)."""
+        from easyvideor1.data.prompts import render_prompt
+
+        if sample.data_type == "video" and sample.images:  # the hint belongs to the question
+            sample = dataclasses.replace(sample, problem=f"{sample.problem}\n{IMAGE_AFTER_VIDEO_HINT}")
+        return render_prompt(sample, template_dir=template_dir)
+
+    def score(self, response: str, sample: Sample, score_fn: ScoreFn | None = None) -> RewardResult:
+        """The reward scorer's result (default `easyvideor1.rewards.score`)."""
+        if score_fn is None:
+            from easyvideor1.rewards import score as score_fn
+        return score_fn(response, sample)
+
+    def extract(self, response: str, sample: Sample) -> str:
+        """The prediction as shown in results (letter, number, interval JSON, answer text)."""
+        from easyvideor1.evaluation.benchmarks.extract import extract_prediction
+
+        return extract_prediction(response, sample)
+
+    def result_row(self, sample: Sample, response: str, score_fn: ScoreFn | None = None,
+                   prompt_tokens: int | None = None, output_tokens: int | None = None,
+                   timing: dict[str, float] | None = None) -> ResultRow:
+        """Extract, score and label one response. A scorer error makes a failed row with the
+        scorer's message (the sample stays in the denominator)."""
+        t0 = time.perf_counter()
+        try:
+            result = self.score(response, sample, score_fn)
+            error = result.error
+        except Exception as e:  # noqa: BLE001 - any scorer failure is recorded, never dropped
+            result, error = None, f"{type(e).__name__}: {e}"
+        timing = {**(timing or {}), "score_s": time.perf_counter() - t0}
+        labels = self.labels(sample)
+        if error or result is None:
+            row = ResultRow.failed(sample, f"scoring failed: {error}", labels, timing)
+            row.response = response
+            return row
+        return ResultRow(id=sample.problem_id, status="ok", score=float(result.accuracy),
+                         prediction=self.extract(response, sample), answer=sample.answer,
+                         response=response, problem_type=sample.problem_type,
+                         parts={k: float(v) for k, v in result.parts.items()}, labels=labels,
+                         prompt_tokens=prompt_tokens, output_tokens=output_tokens, timing=timing)
+
+    def failed_row(self, sample: Sample, reason: str, timing: dict[str, float] | None = None) -> ResultRow:
+        """A failed row (media did not load, generation failed...): scored 0 and counted."""
+        return ResultRow.failed(sample, reason, self.labels(sample), timing)
+
+    def aggregate(self, rows: list[ResultRow]) -> Aggregate:
+        """The benchmark's summary with its official breakdowns."""
+        if self.summarize is not None:
+            return self.summarize(self.name, rows)
+        return accuracy(self.name, rows, self.breakdowns)
+
+
+def is_sample_schema(path: str | os.PathLike) -> bool:
+    """True when the file's first record is in the sample schema (has `problem_type`)."""
+    try:
+        for _, raw in read_records(path):
+            return isinstance(raw, dict) and "problem_type" in raw
+    except DataError:
+        return False
+    return True  # an empty file: let the loader report it
+
+
+def video_parts(sample: Sample) -> tuple[str, ...]:
+    """Parts of the first video's path relative to the data root (as the record wrote it)."""
+    rel = sample.extra.get("video_relpath")
+    if rel is None:
+        return tuple(Path(sample.videos[0]).parts) if sample.videos else ()
+    return tuple(p for p in Path(rel).parts if p not in (".", ".."))
+
+
+def extra_label(key: str, rename: str | None = None) -> Callable[[Sample], dict[str, str]]:
+    """Labels from one extra field of the record (missing: no label)."""
+
+    def labels(sample: Sample) -> dict[str, str]:
+        value = sample.extra.get(key)
+        return {} if value in (None, "") else {rename or key: str(value)}
+
+    return labels
+
+
+def with_extra(sample: Sample, **changes: object) -> Sample:
+    """A copy of `sample` with fields replaced and the replaced originals kept in extra as
+    `original_<field>` (unless already kept)."""
+    extra = dict(sample.extra)
+    for name in changes:
+        extra.setdefault(f"original_{name}", getattr(sample, name))
+    return dataclasses.replace(sample, extra=extra, **changes)

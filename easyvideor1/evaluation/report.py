@@ -1,0 +1,132 @@
+"""Reports of one results folder: a Markdown table per benchmark and category, JSON, a bar chart.
+
+    RESULTS_DIR/report.md     headline table, then per benchmark its metrics and breakdowns
+    RESULTS_DIR/report.json   {"model", "settings_hash", "benchmarks": {name: Aggregate}}
+    RESULTS_DIR/report.png    headline score per benchmark
+
+Scores are shown as percentages with one decimal. Failed samples are counted in every
+denominator and their number is shown next to each score.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from easyvideor1.evaluation.aggregate import Aggregate
+from easyvideor1.evaluation.benchmarks import BENCHMARKS, get_benchmark
+from easyvideor1.evaluation.results import SETTINGS_FILE, read_results
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RunSummary:
+    """The aggregates of every benchmark in one results folder."""
+
+    results_dir: str
+    """The folder read."""
+    model: str
+    """Model name shown in tables (last part of the stored model path, else the folder name)."""
+    settings_hash: str | None
+    """Hash stored in settings.json (None when the folder has none)."""
+    aggregates: dict[str, Aggregate] = field(default_factory=dict)
+    """Benchmark (results file stem) -> its aggregate, in registry order (then file benchmarks)."""
+    titles: dict[str, str] = field(default_factory=dict)
+    """Benchmark -> display name."""
+
+
+def summarize_run(results_dir: str | os.PathLike) -> RunSummary:
+    """Aggregate every `<benchmark>.jsonl` of a results folder with its benchmark's rules."""
+    root = Path(results_dir)
+    settings_path = root / SETTINGS_FILE
+    model, digest = root.name, None
+    if settings_path.exists():
+        stored = json.loads(settings_path.read_text(encoding="utf-8"))
+        digest = stored.get("hash")
+        model = Path(stored.get("settings", {}).get("model_path", "") or root.name).name or root.name
+    run = RunSummary(results_dir=str(root), model=model, settings_hash=digest)
+    results = read_results(root)
+    if not results:
+        raise FileNotFoundError(f"{root} holds no <benchmark>.jsonl results files")
+    order = {name: i for i, name in enumerate(BENCHMARKS)}  # registry (paper) order, then files
+    for stem, rows in sorted(results.items(), key=lambda kv: (order.get(kv[0], len(order)), kv[0])):
+        try:
+            bench = get_benchmark(stem)
+        except ValueError:
+            log.warning("%s: %s.jsonl is not a benchmark's results file; skipped", root, stem)
+            continue
+        run.aggregates[stem] = bench.aggregate(rows)
+        run.titles[stem] = bench.title
+    return run
+
+
+def pct(x: float) -> str:
+    """0.6234 -> '62.3'."""
+    return f"{100 * x:.1f}"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    return lines + ["| " + " | ".join(r) + " |" for r in rows]
+
+
+def markdown(run: RunSummary) -> str:
+    """The whole report as Markdown."""
+    out = [f"# Evaluation: {run.model}", "", f"Results: `{run.results_dir}`"
+           + (f" (settings hash `{run.settings_hash}`)" if run.settings_hash else ""), ""]
+    out += _table(["Benchmark", "Score", "Metric", "Samples", "Failed"],
+                  [[run.titles[k], pct(a.overall), a.metric, str(a.count), str(a.failed)]
+                   for k, a in run.aggregates.items()])
+    for key, agg in run.aggregates.items():
+        out += ["", f"## {run.titles[key]}", "",
+                f"{agg.metric}: **{pct(agg.overall)}** over {agg.count} samples ({agg.failed} failed)"]
+        if agg.metrics:
+            out += [""] + _table(["Metric", "Score"], [[k, pct(v)] for k, v in agg.metrics.items()])
+        for name, table in agg.categories.items():
+            if not table:
+                continue
+            out += ["", f"### by {name}", ""]
+            out += _table([name, "Score", "Samples", "Failed"],
+                          [[label, pct(c.score), str(c.count), str(c.failed)] for label, c in table.items()])
+    return "\n".join(out) + "\n"
+
+
+def to_json(run: RunSummary) -> dict[str, Any]:
+    """Machine-readable report."""
+    return {"model": run.model, "results_dir": run.results_dir, "settings_hash": run.settings_hash,
+            "benchmarks": {k: {"title": run.titles[k], **a.to_dict()} for k, a in run.aggregates.items()}}
+
+
+def bar_chart(run: RunSummary, path: str | os.PathLike) -> None:
+    """PNG bar chart of the headline score per benchmark (matplotlib, no display needed)."""
+    from matplotlib.figure import Figure
+
+    names = [run.titles[k] for k in run.aggregates]
+    values = [100 * a.overall for a in run.aggregates.values()]
+    fig = Figure(figsize=(max(6.0, 0.6 * len(names) + 2), 4.5))
+    ax = fig.add_subplot()
+    bars = ax.bar(range(len(names)), values, color="#4C72B0")
+    ax.bar_label(bars, labels=[f"{v:.1f}" for v in values], fontsize=7, padding=2)
+    ax.set_xticks(range(len(names)), names, rotation=45, ha="right", fontsize=8)
+    ax.set_ylabel("score (%)")
+    ax.set_ylim(0, max([100.0, *values]) * 1.08)
+    ax.set_title(run.model)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def write_report(results_dir: str | os.PathLike, out_dir: str | os.PathLike | None = None) -> list[Path]:
+    """Write report.md, report.json and report.png; returns their paths."""
+    run = summarize_run(results_dir)
+    out = Path(out_dir or results_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    md, js, png = out / "report.md", out / "report.json", out / "report.png"
+    md.write_text(markdown(run), encoding="utf-8")
+    js.write_text(json.dumps(to_json(run), indent=2) + "\n", encoding="utf-8")
+    bar_chart(run, png)
+    return [md, js, png]

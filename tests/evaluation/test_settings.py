@@ -1,0 +1,76 @@
+"""Presets (the published Qwen values, written out by hand) and the settings hashes."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from easyvideor1.evaluation import presets
+from easyvideor1.evaluation.settings import (
+    EvalSettings,
+    SamplingParams,
+    differences,
+    template_digest,
+)
+
+
+def test_qwen3_vl_preset_is_qwen_vl_utils_in_32px_tokens():
+    p = presets.get_preset("qwen3_vl")
+    v, s = p.vision, p.sampling
+    assert (v.family, v.fps, v.min_frames, v.max_frames) == ("qwen3_vl", 2.0, 4, 768)
+    assert (v.video_min_pixels, v.video_max_pixels) == (131072, 786432)  # 128 and 768 tokens of 32x32
+    assert v.video_total_pixels == 117964800  # 128000 * 1024 * 0.9
+    assert (s.temperature, s.top_p, s.top_k, s.repetition_penalty, s.presence_penalty) == (0.7, 0.8, 20, 1.0, 1.5)
+
+
+def test_qwen2_5_vl_preset_is_qwen_vl_utils_in_28px_tokens():
+    p = presets.get_preset("qwen2_5_vl")
+    v, s = p.vision, p.sampling
+    assert (v.video_min_pixels, v.video_max_pixels, v.video_total_pixels) == (100352, 602112, 90316800)
+    assert (s.temperature, s.top_p, s.top_k, s.repetition_penalty) == (0.1, 0.001, 1, 1.05)
+    assert presets.get_preset("qwen2_5_vl_greedy").sampling.greedy
+
+
+def test_unknown_preset_lists_known_ones():
+    with pytest.raises(ValueError, match="unknown evaluation preset 'qwen4'; choose one of qwen2_5_vl"):
+        presets.get_preset("qwen4")
+
+
+def test_hash_is_stable_and_moves_with_every_score_changing_setting():
+    base = presets.settings("qwen3_vl", "models/a")
+    assert base.hash == presets.settings("qwen3_vl", "models/a").hash
+    changed = [
+        dataclasses.replace(base, model_path="models/b"),
+        dataclasses.replace(base, engine="hf"),
+        dataclasses.replace(base, prompt_digest="abc"),
+        dataclasses.replace(base, judge="qwen3-8b@http://127.0.0.1:8000/v1"),
+        dataclasses.replace(base, vision=dataclasses.replace(base.vision, max_frames=256)),
+        dataclasses.replace(base, vision=dataclasses.replace(base.vision, video_total_pixels=10**7)),
+        dataclasses.replace(base, sampling=dataclasses.replace(base.sampling, max_new_tokens=512)),
+    ]
+    assert len({base.hash, *(c.hash for c in changed)}) == len(changed) + 1
+    assert changed[0].protocol_hash == base.protocol_hash  # the model is not part of the protocol
+    assert all(c.protocol_hash != base.protocol_hash for c in changed[1:])
+    # the decoder choice does not change pixels, so not the hash either
+    same = dataclasses.replace(base, vision=dataclasses.replace(base.vision, backend="pyav", decode_threads=4))
+    assert same.hash == base.hash
+
+
+def test_differences_lists_each_key_once():
+    assert differences({"a": 1, "b": 2}, {"a": 1, "b": 3, "c": 4}) == ["b: 2 != 3", "c: '<absent>' != 4"]
+
+
+def test_invalid_settings_are_refused():
+    with pytest.raises(ValueError, match="engine='trt'"):
+        EvalSettings(model_path="m", engine="trt")
+    with pytest.raises(ValueError, match="top_p"):
+        SamplingParams(top_p=0)
+
+
+def test_template_digest_follows_file_contents(tmp_path):
+    (tmp_path / "multiple_choice.jinja").write_text("Question: {{ problem }}")
+    first = template_digest(tmp_path)
+    (tmp_path / "multiple_choice.jinja").write_text("Q: {{ problem }}")
+    assert template_digest(tmp_path) != first
+    assert len(template_digest()) == 16  # the built-in templates
