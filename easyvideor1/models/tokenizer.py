@@ -1,0 +1,130 @@
+"""A small Qwen-style tokenizer trained locally, for tiny models (no model hub needed).
+
+Byte-level BPE trained with `tokenizers` on a generated English corpus (the words of the
+built-in synthetic tasks, digits, answer tags), wrapped as transformers' `Qwen2Tokenizer`
+with the Qwen special tokens. Any text still encodes (byte fallback of byte-level BPE); the
+corpus only decides which words get single tokens. Deterministic: same corpus, same merges.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+from tokenizers import Regex, Tokenizer, models, pre_tokenizers, trainers
+
+# Qwen's special tokens, in Qwen's order. They take ids 0..13 here (Qwen puts them at 151643+;
+# only their names matter to processors and vLLM, and the config reads the ids back).
+SPECIAL_TOKENS = [
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|object_ref_start|>",
+    "<|object_ref_end|>",
+    "<|box_start|>",
+    "<|box_end|>",
+    "<|quad_start|>",
+    "<|quad_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|vision_pad|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+]
+# Added (non-special) tokens as in Qwen3: kept whole, but decoded with the text.
+ADDED_TOKENS = ["<think>", "</think>"]
+
+# Same split rule as Qwen2's tokenizer.json, so the trained merges fit its pre-tokenizer.
+PRETOKENIZE_REGEX = (
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
+    r"""|\s*[\r\n]+|\s+(?!\S)|\s+"""
+)
+
+_WORDS = ["the", "a", "an", "of", "in", "on", "at", "to", "is", "are", "was", "were", "be", "this", "that", "what", "which", "who", "where", "when", "how", "many", "much", "color", "colour", "colours", "red", "green", "blue", "yellow", "white", "black", "orange", "purple", "pink", "brown", "gray", "grey", "cyan", "magenta", "square", "circle", "triangle", "ball", "box", "object", "objects", "shape", "shapes", "moving", "moves", "move", "moved", "left", "right", "up", "down", "top", "bottom", "middle", "center", "centre", "corner", "first", "second", "third", "last", "before", "after", "during", "between", "start", "end", "frame", "frames", "video", "image", "picture", "clip", "scene", "second", "seconds", "time", "count", "number", "answer", "question", "options", "option", "choose", "select", "correct", "true", "false", "yes", "no", "not", "and", "or", "with", "from", "by", "for", "it", "its", "there", "here", "appear", "appears", "appeared", "disappear", "think", "reasoning", "step", "final", "please", "output", "format", "describe", "caption", "short", "long", "small", "large", "big", "fast", "slow", "direction", "position", "region", "where", "when", "which", "person", "people", "man", "woman", "car", "dog", "cat", "you", "are", "helpful", "assistant", "system", "user", "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"]
+
+
+def training_corpus() -> list[str]:
+    """The generated text the BPE merges are learned from (deterministic)."""
+    lines = [" ".join(_WORDS)]
+    for a, b in itertools.product(_WORDS[:60], _WORDS[60:120]):
+        lines.append(f"{a} {b} {a.capitalize()} {b}.")
+    lines += [f"{n} {n + 1} {n * 7} {n / 4:.2f} ({chr(65 + n % 26)})" for n in range(200)]
+    lines += [
+        "<think> Let me think step by step. </think> <answer> A </answer>",
+        '{"answer": "B", "time": [1.5, 3.0], "box": [10, 20, 30, 40]}',
+        "Answer with the option letter. Options: (A) red (B) green (C) blue (D) yellow",
+        "Output the final answer in <answer> </answer> tags.",
+    ] * 20
+    return lines
+
+
+def train_bpe(vocab_size: int = 1000) -> tuple[dict[str, int], list[tuple[str, str]]]:
+    """Vocabulary and merges of a byte-level BPE trained on `training_corpus()`."""
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(pattern=_regex(), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS + ADDED_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(training_corpus(), trainer=trainer)
+    # Read the merges back from the serialised model, as tuples (Qwen2Tokenizer wants tuples).
+    merges = [tuple(m) for m in json.loads(tok.to_str())["model"]["merges"]]
+    return dict(sorted(tok.get_vocab().items(), key=lambda kv: kv[1])), merges
+
+
+def _regex() -> Regex:
+    return Regex(PRETOKENIZE_REGEX)
+
+
+def build_tokenizer(chat_template: str, vocab_size: int = 1000):
+    """A `Qwen2Tokenizer` with the Qwen special tokens, `<|im_end|>` as eos and `chat_template`.
+
+    Its length is at most `vocab_size` (the small corpus may stop BPE earlier); the model's
+    embedding table must be at least `len(tokenizer)`.
+    """
+    from tokenizers import AddedToken
+    from transformers import Qwen2Tokenizer
+
+    vocab, merges = train_bpe(vocab_size)
+    tok = Qwen2Tokenizer(
+        vocab=vocab,
+        merges=merges,
+        unk_token=None,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        errors="replace",
+        model_max_length=32768,
+        clean_up_tokenization_spaces=False,
+    )
+    tok.add_special_tokens({"additional_special_tokens": SPECIAL_TOKENS[1:]})
+    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in ADDED_TOKENS])
+    tok.chat_template = chat_template
+    return tok
+
+
+_CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{% if loop.first and message['role'] != 'system' and default_system %}"
+    "<|im_start|>system\n{{ default_system }}<|im_end|>\n{% endif %}"
+    "<|im_start|>{{ message['role'] }}\n"
+    "{% if message['content'] is string %}{{ message['content'] }}"
+    "{% else %}{% for content in message['content'] %}"
+    "{% if content['type'] == 'image' or 'image' in content %}<|vision_start|><|image_pad|><|vision_end|>"
+    "{% elif content['type'] == 'video' or 'video' in content %}<|vision_start|><|video_pad|><|vision_end|>"
+    "{% elif 'text' in content %}{{ content['text'] }}{% endif %}"
+    "{% endfor %}{% endif %}<|im_end|>\n"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def chat_template(default_system_prompt: str | None) -> str:
+    """A Qwen-VL chat template (the official structure), with or without a default system turn."""
+    return "{% set default_system = " + json.dumps(default_system_prompt or "") + " %}" + _CHAT_TEMPLATE
