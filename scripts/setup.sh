@@ -29,6 +29,9 @@ if [ "$VARIANT" = cpu ]; then
   $PIP install -q "torch==2.13.0" -e ".[cpu,dev]"
   # PyPI's torchcodec >=0.14 is CUDA-linked and crashes beside CPU torch; 0.13.0 is a CPU build.
   $PIP install -q --no-deps --force-reinstall "torchcodec==0.13.0"
+  # torchaudio from PyPI is CUDA-linked too and crashes every transformers processor import;
+  # nothing here needs it (vLLM imports it only for audio models).
+  $PIP uninstall -q -y torchaudio || true
 else
   $PIP install -q -e ".[dev]"
 fi

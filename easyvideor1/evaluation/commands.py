@@ -1,4 +1,4 @@
-"""`easyvideor1 report RESULTS_DIR [--compare OTHER_DIR] [--out DIR]`."""
+"""`easyvideor1 eval ...` and `easyvideor1 report RESULTS_DIR [--compare OTHER_DIR] [--out DIR]`."""
 
 from __future__ import annotations
 
@@ -25,8 +25,55 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _eval(args: argparse.Namespace) -> int:
+    import logging
+
+    from easyvideor1.evaluation.evaluator import Evaluator, options_from
+    from easyvideor1.evaluation.report import markdown, summarize_run
+    from easyvideor1.evaluation.results import SettingsMismatch
+
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    options = options_from(data_root=args.data_root, out_dir=args.out, cache_dir=args.cache_dir,
+                           cache_mode=args.cache_mode, template_dir=args.template_dir, max_samples=args.max_samples,
+                           load_workers=args.load_workers, prefetch=args.prefetch, max_batch=args.max_batch,
+                           max_concurrency=args.max_concurrency, asynchronous=not args.no_async, dtype=args.dtype)
+    try:
+        evaluator = Evaluator(args.model, engine=args.engine, preset=args.preset, options=options)
+        evaluator.run([b for b in args.benchmarks.split(",") if b])
+    except SettingsMismatch as e:
+        print(f"error: {e}")
+        return 1
+    print(markdown(summarize_run(args.out)))
+    return 0
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add the `report` subcommand."""
+    """Add the `eval` and `report` subcommands."""
+    p = subparsers.add_parser(
+        "eval", help="evaluate a model on video benchmarks (async pipeline, resumable)",
+        description="Run benchmarks (registry names, or paths of sample files) through the asynchronous "
+                    "pipeline: frames load ahead of the engine, longest videos first, results stream to "
+                    "<out>/<benchmark>.jsonl. Re-running resumes: finished ids are skipped; settings that "
+                    "change scores must match the stored ones.")
+    p.add_argument("--model", required=True, help="local HF-format model folder")
+    p.add_argument("--benchmarks", required=True, help="comma-separated names (videomme,mvbench,...) or sample files")
+    p.add_argument("--data-root", default=None, help="folder holding the benchmark files and videos")
+    p.add_argument("--engine", choices=("vllm", "hf"), default="vllm", help="generation engine")
+    p.add_argument("--preset", default="qwen2_5_vl_greedy", help="frame budget + sampling preset (presets.py)")
+    p.add_argument("--out", default="runs/eval", help="results folder")
+    p.add_argument("--cache-dir", default=None, help="frame cache built by `easyvideor1 cache`")
+    p.add_argument("--cache-mode", choices=("prefer_cache", "cache_only", "realtime"), default="prefer_cache",
+                   help="read the cache and fall back to decoding, require it, or always decode")
+    p.add_argument("--template-dir", default=None, help="prompt template overrides")
+    p.add_argument("--max-samples", type=int, default=0, help="per benchmark (0: all)")
+    p.add_argument("--load-workers", type=int, default=4, help="loading threads")
+    p.add_argument("--prefetch", type=int, default=16, help="prepared prompts waiting for the engine, at most")
+    p.add_argument("--max-batch", type=int, default=8, help="HF engine batch size")
+    p.add_argument("--max-concurrency", type=int, default=64, help="vLLM requests in flight")
+    p.add_argument("--no-async", action="store_true", help="the vanilla loop: load a batch, generate, repeat")
+    p.add_argument("--dtype", default="bfloat16", help="model dtype")
+    p.set_defaults(func=_eval)
+
     p = subparsers.add_parser(
         "report", help="tables, JSON and charts of evaluation results",
         description="Summarize a results folder written by `easyvideor1 eval`: a Markdown table per "

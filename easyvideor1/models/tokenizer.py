@@ -31,8 +31,9 @@ SPECIAL_TOKENS = [
     "<|image_pad|>",
     "<|video_pad|>",
 ]
-# Added (non-special) tokens as in Qwen3: kept whole, but decoded with the text.
-ADDED_TOKENS = ["<think>", "</think>"]
+# Added (non-special) tokens as in Qwen3: kept whole, but decoded with the text. The answer
+# tags are whole tokens too (our tokenizer, our choice): a tiny model's responses stay short.
+ADDED_TOKENS = ["<think>", "</think>", "<answer>", "</answer>"]
 
 # Same split rule as Qwen2's tokenizer.json, so the trained merges fit its pre-tokenizer.
 PRETOKENIZE_REGEX = (

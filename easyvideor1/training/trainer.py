@@ -10,6 +10,7 @@ test can hand in a tiny model, another engine or another score function.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from contextlib import contextmanager
@@ -122,9 +123,22 @@ def advantage_stage(run: Run, batch: RolloutBatch, kl_coef: float) -> dict[str, 
             "advantage/abs_max": float(batch.advantages[mask].abs().max()) if mask.any() else 0.0}
 
 
+def log_examples(run: Run, step: int, scored: ScoredGroups, groups: int = 1) -> None:
+    """Append the first groups' responses and scores to `<out_dir>/examples.jsonl` (rank 0)."""
+    if run.rank != 0 or run.sink is None:
+        return
+    rows = [{"step": step, "sample": p.sample.problem_id, "answer": p.sample.answer, "response": r.text,
+             "offline": r.offline, "reward": x.overall, "accuracy": x.accuracy, "format": x.format}
+            for p, grp, res in list(zip(scored.prompts, scored.groups, scored.results))[:groups]
+            for r, x in zip(grp, res)]
+    with open(f"{run.cfg.logging.out_dir}/examples.jsonl", "a", encoding="utf-8") as f:
+        f.writelines(json.dumps(row) + "\n" for row in rows)
+
+
 def train_step(run: Run, step: int, kl_ctrl) -> dict[str, float]:
     cfg, timer = run.cfg, StageTimer()
     scored = rollout_stage(run, step, timer)
+    log_examples(run, step, scored)
     metrics = reward_metrics(scored)
     batch = make_batch(scored.prompts, scored.groups)
     batch.results = [x for res in scored.results for x in res]

@@ -236,3 +236,19 @@ def _warn_once(message: str) -> None:
     if message not in _warned:
         _warned.add(message)
         log.warning(message)
+
+
+def probe_seconds(path: str) -> float:
+    """Duration of a video from its container header (no decoding); 0.0 when unknown or unreadable."""
+    import av
+
+    try:
+        with av.open(str(path)) as container:
+            if container.duration is not None:
+                return float(container.duration) / av.time_base
+            stream = container.streams.video[0]
+            if stream.duration is not None and stream.time_base is not None:
+                return float(stream.duration * stream.time_base)
+    except (av.error.FFmpegError, IndexError, OSError):
+        pass
+    return 0.0

@@ -1,0 +1,161 @@
+"""`easyvideor1 eval`: benchmarks x model -> results JSONL (resumable) -> report.
+
+Wires the pieces: adapters (`benchmarks`), score-changing settings and their hash
+(`presets`, `results.check_settings`), frames (`vision.cache.FrameSource`), the model's
+processor (`models.inputs.build_inputs`), an engine, and the asynchronous pipeline
+(`pipeline.run_async`). A resume skips exactly the ids already written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from easyvideor1.evaluation.benchmarks import get_benchmark
+from easyvideor1.evaluation.pipeline import HFBatchBackend, Item, Outcome, longest_first, run_async, run_sync_batches
+from easyvideor1.evaluation.presets import settings as preset_settings
+from easyvideor1.evaluation.report import write_report
+from easyvideor1.evaluation.results import ResultStore
+from easyvideor1.evaluation.settings import EvalSettings, template_digest
+from easyvideor1.rollout.base import Prompt, SamplingParams
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class EvalOptions:
+    """How to run an evaluation (what does not change scores lives here, the rest in EvalSettings)."""
+
+    data_root: str | None = None  # folder the benchmark files and media live under
+    out_dir: str = "runs/eval"  # results folder (one JSONL per benchmark, settings.json, report)
+    cache_dir: str | None = None  # frame cache (None: decode)
+    cache_mode: str = "prefer_cache"  # prefer_cache | cache_only | realtime
+    template_dir: str | None = None  # prompt template overrides
+    max_samples: int = 0  # per benchmark (0: all)
+    load_workers: int = 4  # loading threads
+    prefetch: int = 16  # prepared prompts waiting for the engine, at most
+    max_batch: int = 8  # HF engine: prompts decoded together
+    max_concurrency: int = 64  # vLLM engine: requests in flight
+    asynchronous: bool = True  # False: the vanilla load-a-batch-then-generate loop
+    dtype: str = "bfloat16"
+
+
+def sampling_from(settings: EvalSettings) -> SamplingParams:
+    s = settings.sampling
+    if s.repetition_penalty != 1.0 or s.presence_penalty != 0.0:
+        log.warning("repetition/presence penalties are applied by the vLLM engine only")
+    return SamplingParams(temperature=s.temperature, top_p=s.top_p if s.temperature else 1.0,
+                          top_k=s.top_k if s.temperature else -1, max_tokens=s.max_new_tokens, seed=s.seed)
+
+
+class Evaluator:
+    """Holds the model, processor and engine once; evaluates any number of benchmarks."""
+
+    def __init__(self, model_path: str, engine: str = "hf", preset: str = "qwen2_5_vl_greedy",
+                 options: EvalOptions | None = None, sampling=None, vision=None):
+        """`sampling` / `vision` replace the preset's decoding parameters / frame budget
+        (e.g. the demo evaluates with its training budget)."""
+        from easyvideor1.models.families import family_of
+        from easyvideor1.models.loading import load_policy, load_processor
+        from easyvideor1.models.mrope import mrope_spec
+        from easyvideor1.vision.cache import FrameSource
+
+        self.options = options or EvalOptions()
+        o = self.options
+        self.processor = load_processor(model_path)
+        from transformers import AutoConfig
+
+        config = AutoConfig.from_pretrained(model_path)
+        self.family, self.spec = family_of(config), mrope_spec(config)
+        self.settings = preset_settings(preset, model_path, engine, family=self.family.name,
+                                        prompt_template=o.template_dir or "builtin",
+                                        prompt_digest=template_digest(o.template_dir), sampling=sampling)
+        if vision is not None:
+            self.settings = dataclasses.replace(self.settings, vision=vision)
+        self.frames = FrameSource(self.settings.vision, o.cache_dir, o.cache_mode)
+        self.params = sampling_from(self.settings)
+        if engine == "vllm":
+            from easyvideor1.rollout.vllm_engine import AsyncVLLMBackend
+
+            self.backend = AsyncVLLMBackend(model_path, self.processor, dtype=o.dtype,
+                                            max_concurrency=o.max_concurrency)
+            self.engine = None
+        else:
+            from easyvideor1.rollout.hf_engine import HFEngine
+
+            model = load_policy(model_path, dtype=o.dtype)
+            model.eval()
+            self.engine = HFEngine(model, self.processor, self.family, self.spec, max_batch_size=o.max_batch)
+            self.backend = HFBatchBackend(self.engine, o.max_batch)
+
+    def prepare(self, bench, sample) -> Prompt:
+        from easyvideor1.models.inputs import build_inputs
+
+        frames = self.frames.frames_for_sample(sample)
+        text = bench.prompt(sample, self.options.template_dir)
+        inputs = build_inputs(sample, frames, text, self.processor, self.family, self.spec)
+        return Prompt(sample=sample, frames=frames, inputs=inputs)
+
+    def run(self, benchmarks: list[str]) -> dict[str, Any]:
+        """Evaluate `benchmarks` (names or sample files); return {benchmark: Aggregate}."""
+        from easyvideor1.vision.decode import probe_seconds
+
+        o = self.options
+        Path(o.out_dir).mkdir(parents=True, exist_ok=True)
+        benches = {b.name: b for b in (get_benchmark(name) for name in benchmarks)}
+        stores = {name: ResultStore.open(o.out_dir, name, self.settings) for name in benches}
+        items: list[Item] = []
+        for name, bench in benches.items():
+            samples = bench.load(o.data_root)[: o.max_samples or None]
+            pending = stores[name].pending(samples)
+            log.info("%s: %d samples, %d already done, %d to run", name, len(samples),
+                     len(samples) - len(pending), len(pending))
+            items += [Item(key=name, sample=s) for s in pending]
+        ordered = longest_first([it.sample for it in items], probe_seconds)
+        order = {id(s): k for k, s in enumerate(ordered)}
+        items.sort(key=lambda it: order[id(it.sample)])
+        progress = _progress(len(items))
+
+        def on_outcome(out: Outcome) -> None:
+            it, bench = out.item, benches[out.item.key]
+            if out.error is not None or out.rollout is None:
+                row = bench.failed_row(it.sample, out.error or "no output", it.timing)
+            else:
+                row = bench.result_row(it.sample, out.rollout.text,
+                                       prompt_tokens=len(it.prompt.inputs.input_ids),
+                                       output_tokens=len(out.rollout.token_ids), timing=it.timing)
+            stores[it.key].append(row)
+            it.prompt = None  # free frames and pixel values as soon as the row is written
+            progress.update(1)
+
+        def prepare(it: Item) -> Prompt:
+            return self.prepare(benches[it.key], it.sample)
+
+        try:
+            if o.asynchronous:
+                asyncio.run(run_async(items, prepare, self.backend, self.params, on_outcome,
+                                      o.load_workers, o.prefetch))
+            else:
+                run_sync_batches(items, prepare, self.engine, self.params, on_outcome, o.max_batch)
+        finally:
+            progress.close()
+            for store in stores.values():
+                store.close()
+        aggregates = {name: bench.aggregate(ResultStore.open(o.out_dir, name).rows()) for name, bench in benches.items()}
+        write_report(o.out_dir)
+        return aggregates
+
+
+def _progress(total: int):
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc="eval", unit="sample", dynamic_ncols=True)
+
+
+def options_from(**kwargs) -> EvalOptions:
+    names = {f.name for f in dataclasses.fields(EvalOptions)}
+    return EvalOptions(**{k: v for k, v in kwargs.items() if k in names and v is not None})

@@ -1,0 +1,168 @@
+"""The asynchronous evaluation pipeline (paper section 3.3.1), done without serial stalls.
+
+    loading pool (frames from the cache or decoders + processor) --bounded queue-->
+    engine (requests submitted as soon as their inputs are ready) --> scorer --> results JSONL
+
+- Loading runs in a thread pool of `load_workers`; at most `prefetch` prepared prompts wait
+  for the engine (back-pressure keeps memory bounded on long benchmarks). Loads complete in
+  any order and are handed on in completion order (upstream awaited each load in turn).
+- Samples are ordered longest video first, so the slowest ones do not straggle at the end.
+- The engine side is a `Backend`: `HFBatchBackend` batches whatever prompts are ready
+  (up to `max_batch`), `rollout.vllm_engine.AsyncVLLMBackend` submits each request to vLLM's
+  `AsyncLLM` on arrival and consumes results as they finish (`max_concurrency` in flight).
+- Every sample ends as one result row: scored, or failed with its reason (load or generate),
+  never dropped from the denominator.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator, Callable, Protocol
+
+from easyvideor1.records import Rollout, Sample
+from easyvideor1.rollout.base import Prompt, RolloutEngine, SamplingParams
+
+log = logging.getLogger(__name__)
+
+Prepare = Callable[["Item"], Prompt]  # raises with a reason when the sample cannot be prepared
+
+
+@dataclass
+class Item:
+    """One sample on its way through the pipeline."""
+
+    key: Any  # (benchmark name, sample id): where the result goes
+    sample: Sample
+    prompt: Prompt | None = None
+    error: str | None = None
+    timing: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class Outcome:
+    item: Item
+    rollout: Rollout | None
+    error: str | None
+
+
+class Backend(Protocol):
+    def run(self, items: AsyncIterator[Item], params: SamplingParams) -> AsyncIterator[Outcome]:
+        """Consume prepared items as they arrive; yield outcomes as they finish."""
+        ...
+
+
+class HFBatchBackend:
+    """Batches whatever prompts are ready (up to `max_batch`) on a synchronous engine."""
+
+    def __init__(self, engine: RolloutEngine, max_batch: int = 8):
+        self.engine, self.max_batch = engine, max_batch
+
+    async def run(self, items: AsyncIterator[Item], params: SamplingParams) -> AsyncIterator[Outcome]:
+        pending: asyncio.Queue = asyncio.Queue()
+        done = asyncio.Event()
+
+        async def pump():
+            async for it in items:
+                await pending.put(it)
+            done.set()
+
+        pumper = asyncio.create_task(pump())
+        while not (done.is_set() and pending.empty()):
+            try:
+                first = await asyncio.wait_for(pending.get(), timeout=0.05)
+            except asyncio.TimeoutError:
+                continue
+            batch = [first]
+            while len(batch) < self.max_batch and not pending.empty():
+                batch.append(pending.get_nowait())
+            start = time.perf_counter()
+            try:
+                groups = await asyncio.to_thread(self.engine.generate, [b.prompt for b in batch], 1, params)
+                outs = [Outcome(b, g[0], None) for b, g in zip(batch, groups)]
+            except Exception as e:  # noqa: BLE001 - a failed batch fails its samples, not the run
+                outs = [Outcome(b, None, f"generation failed: {type(e).__name__}: {e}") for b in batch]
+            for o in outs:
+                o.item.timing["generate_s"] = time.perf_counter() - start
+                yield o
+        await pumper
+
+
+def longest_first(samples: list[Sample], seconds: Callable[[str], float]) -> list[Sample]:
+    """Samples ordered by total video seconds, longest first (stable)."""
+    return sorted(samples, key=lambda s: -sum(seconds(v) for v in s.videos))
+
+
+async def _prepared(items: list[Item], prepare: Prepare, load_workers: int, prefetch: int) -> AsyncIterator[Item]:
+    """Prepare items in a thread pool; yield them in completion order, at most `prefetch` ahead."""
+    loop = asyncio.get_running_loop()
+    slots = asyncio.Semaphore(max(1, prefetch))
+
+    def load(it: Item) -> Item:
+        start = time.perf_counter()
+        try:
+            it.prompt = prepare(it)
+        except Exception as e:  # noqa: BLE001 - reported per sample
+            it.error = f"load failed: {type(e).__name__}: {e}"
+        it.timing["load_s"] = time.perf_counter() - start
+        return it
+
+    with ThreadPoolExecutor(max_workers=max(1, load_workers), thread_name_prefix="eval-load") as pool:
+        async def submit(it: Item):
+            await slots.acquire()  # released when the consumer takes the item
+            return await loop.run_in_executor(pool, load, it)
+
+        tasks = [asyncio.ensure_future(submit(it)) for it in items]
+        for fut in asyncio.as_completed(tasks):
+            it = await fut
+            slots.release()
+            yield it
+
+
+async def run_async(items: list[Item], prepare: Prepare, backend: Backend, params: SamplingParams,
+                    on_outcome: Callable[[Outcome], None], load_workers: int = 4, prefetch: int = 16) -> None:
+    """Drive `items` through loading, generation and `on_outcome` (which scores and writes)."""
+    failed: list[Item] = []
+
+    async def good_items() -> AsyncIterator[Item]:
+        async for it in _prepared(items, prepare, load_workers, prefetch):
+            if it.error is not None:
+                failed.append(it)
+                on_outcome(Outcome(it, None, it.error))
+            else:
+                yield it
+
+    async for outcome in backend.run(good_items(), params):
+        on_outcome(outcome)
+
+
+def run_sync_batches(items: list[Item], prepare: Prepare, engine: RolloutEngine, params: SamplingParams,
+                     on_outcome: Callable[[Outcome], None], batch_size: int = 8) -> None:
+    """The vanilla loop (for comparison and for `--no-async`): load a fixed batch, generate it,
+    wait for the whole batch, repeat."""
+    for k in range(0, len(items), batch_size):
+        chunk = items[k:k + batch_size]
+        ready = []
+        for it in chunk:
+            start = time.perf_counter()
+            try:
+                it.prompt = prepare(it)
+                ready.append(it)
+            except Exception as e:  # noqa: BLE001
+                it.error = f"load failed: {type(e).__name__}: {e}"
+                on_outcome(Outcome(it, None, it.error))
+            it.timing["load_s"] = time.perf_counter() - start
+        if not ready:
+            continue
+        start = time.perf_counter()
+        try:
+            groups = engine.generate([it.prompt for it in ready], 1, params)
+            outs = [Outcome(it, g[0], None) for it, g in zip(ready, groups)]
+        except Exception as e:  # noqa: BLE001
+            outs = [Outcome(it, None, f"generation failed: {type(e).__name__}: {e}") for it in ready]
+        for o in outs:
+            o.item.timing["generate_s"] = time.perf_counter() - start
+            on_outcome(o)
