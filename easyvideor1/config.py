@@ -68,6 +68,8 @@ class RolloutConfig:
     """Top-k sampling (-1: off)."""
     max_tokens: int = 1024
     """Response length limit, tokens."""
+    stop_tokens: list[str] = field(default_factory=list)
+    """Single tokens that end a response besides end-of-turn (kept in it), e.g. `</answer>`."""
     val_temperature: float = 0.0
     """Sampling temperature for validation (0: greedy)."""
     tensor_parallel_size: int = 1

@@ -72,10 +72,22 @@ class StageTimer:
         self.times[f"time/{name}"] = self.times.get(f"time/{name}", 0.0) + time.perf_counter() - start
 
 
-def sampling_params(cfg: Config, step: int) -> SamplingParams:
+def stop_token_ids(cfg: Config, tokenizer) -> tuple[int, ...]:
+    """Ids of `rollout.stop_tokens`; each must be one token of the tokenizer."""
+    vocab = tokenizer.get_vocab()
+    missing = [t for t in cfg.rollout.stop_tokens if t not in vocab]
+    if missing:
+        raise ValueError(f"rollout.stop_tokens {missing} are not single tokens of the model's tokenizer")
+    return tuple(vocab[t] for t in cfg.rollout.stop_tokens)
+
+
+def sampling_params(cfg: Config, step: int, tokenizer, temperature: float | None = None) -> SamplingParams:
     r = cfg.rollout
-    return SamplingParams(temperature=r.temperature, top_p=r.top_p, top_k=r.top_k, max_tokens=r.max_tokens,
-                          seed=cfg.training.seed * 1_000_003 + step)
+    greedy = temperature == 0.0
+    return SamplingParams(temperature=r.temperature if temperature is None else temperature,
+                          top_p=1.0 if greedy else r.top_p, top_k=-1 if greedy else r.top_k,
+                          max_tokens=r.max_tokens, seed=cfg.training.seed * 1_000_003 + step,
+                          stop_token_ids=stop_token_ids(cfg, tokenizer), include_stop_str_in_output=True)
 
 
 def rollout_stage(run: Run, step: int, timer: StageTimer) -> ScoredGroups:
@@ -92,7 +104,7 @@ def rollout_stage(run: Run, step: int, timer: StageTimer) -> ScoredGroups:
         return prompts
 
     run_failures: list = []
-    params = sampling_params(cfg, step)
+    params = sampling_params(cfg, step, tokenizer)
     with timer("rollout"):
         if cfg.algorithm.online_filtering:
             target = cfg.training.rollout_batch_size // run.world

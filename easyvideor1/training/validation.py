@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING
 
 import torch.distributed as dist
 
-from easyvideor1.rollout.base import SamplingParams
 from easyvideor1.training.prompts import prepare_prompts
 
 if TYPE_CHECKING:
@@ -20,6 +19,8 @@ def task_of(sample) -> str:
 
 
 def validate(run: Run, step: int) -> dict[str, float]:
+    from easyvideor1.training.trainer import sampling_params
+
     """Mean accuracy / reward / format per task and overall on `run.val_samples` (greedy unless
     `rollout.val_temperature` > 0). Samples that fail to load count as wrong."""
     cfg = run.cfg
@@ -27,8 +28,7 @@ def validate(run: Run, step: int) -> dict[str, float]:
     mine = samples[run.rank::run.world]
     prompts, failures = prepare_prompts(mine, run.frames, run.processor, run.ctx.family, run.ctx.spec,
                                         cfg.data.template_dir, cfg.data.max_prompt_tokens)
-    params = SamplingParams(temperature=cfg.rollout.val_temperature, top_p=1.0, top_k=-1,
-                            max_tokens=cfg.rollout.max_tokens, seed=cfg.training.seed)
+    params = sampling_params(cfg, 0, run.processor.tokenizer, temperature=cfg.rollout.val_temperature)
     rollouts = run.engine.generate(prompts, 1, params) if prompts else []
     responses = [grp[0].text for grp in rollouts]
     results = run.score_fn(responses, [p.sample for p in prompts]) if prompts else []

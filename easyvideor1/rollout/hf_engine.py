@@ -1,0 +1,236 @@
+"""The `hf` rollout engine: batched decoding on the policy itself (CPU and GPU, no vLLM).
+
+Prompts are left-padded by `models/collate.collate` (any mix of video, image and text), run
+once through the full model (prefill, KV cache), then decoded one token per step with the
+model's own cache class (so Qwen3.5's linear-attention state works too).
+
+Why our own decoding loop rather than `model.generate`:
+- Positions. We always pass our M-RoPE ids (`models/mrope.py`, vLLM's numbering), so the
+  model never calls its `get_rope_index` nor keeps `rope_deltas` state. Every prompt ends in
+  text, whose id is the largest so far, so response token k gets id `last + 1 + k` on all
+  three axes: exactly `extend_positions`, what vLLM does and what the trainer recomputes with.
+  (`generate` in transformers 5.19, given no position ids, numbers them with the model's
+  `get_rope_index`, which numbers text after a Qwen2.5-VL video differently from vLLM
+  (ENVIRONMENT.md), and caches `rope_deltas` on the model between calls.)
+- Seeds per sample (one generator per row, vLLM's per-request seed semantics), vLLM's
+  stop-string and log-prob conventions (`rollout/base.py`, `rollout/sampling.py`).
+
+Departures: the vision tower runs once per sample, not once per prompt (n copies of a prompt
+are n rows of the batch); there is no cross-rank synchronisation of the decoding loop, so
+under FSDP every rank must run the same number of decoding steps (e.g. equal `max_tokens`
+and no early stop) or the collectives hang.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import torch
+
+from easyvideor1.models.collate import collate
+from easyvideor1.models.families import Family
+from easyvideor1.models.mrope import MRopeSpec
+from easyvideor1.records import Rollout
+from easyvideor1.rollout.base import (
+    Prompt,
+    SamplingParams,
+    banned_token_ids,
+    counts_per_prompt,
+    sample_seeds,
+)
+from easyvideor1.rollout.sampling import next_tokens
+
+
+def _eos_ids(model, tokenizer) -> set[int]:
+    ids = set()
+    gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    for value in (gen_eos, tokenizer.eos_token_id):
+        if isinstance(value, int):
+            ids.add(value)
+        elif value is not None:
+            ids.update(int(v) for v in value)
+    if not ids:
+        raise ValueError("neither the model's generation_config nor the tokenizer defines an EOS token")
+    return ids
+
+
+@contextmanager
+def _eval_mode(model):
+    """Eval mode for decoding (training mode + gradient checkpointing disables the KV cache)."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was_training)
+
+
+class HFEngine:
+    """`RolloutEngine` on a transformers Qwen-VL model (the policy being trained, or a copy)."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        processor,
+        family: Family,
+        spec: MRopeSpec,
+        max_batch_size: int = 64,
+    ):
+        """`processor` is the family's processor or its tokenizer; `max_batch_size` bounds the
+        sequences decoded together (memory)."""
+        if max_batch_size < 1:
+            raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
+        self.model = model
+        self.tokenizer = getattr(processor, "tokenizer", processor)
+        self.family = family
+        self.spec = spec
+        self.max_batch_size = max_batch_size
+        self.eos_ids = _eos_ids(model, self.tokenizer)
+        pad = self.tokenizer.pad_token_id
+        self.pad_token_id = int(pad) if pad is not None else min(self.eos_ids)
+        self.banned = banned_token_ids(self.tokenizer)
+
+    # -- protocol -------------------------------------------------------------------------
+
+    def generate(
+        self, prompts: list[Prompt], n: list[int] | int, params: SamplingParams
+    ) -> list[list[Rollout]]:
+        """`n` responses per prompt (see `RolloutEngine.generate`)."""
+        counts = counts_per_prompt(prompts, n)
+        seeds = sample_seeds(counts, params.seed)
+        jobs = [(i, j, seeds[i][j]) for i, k in enumerate(counts) for j in range(k)]
+        results: list[list[Rollout | None]] = [[None] * k for k in counts]
+        for start in range(0, len(jobs), self.max_batch_size):
+            chunk = jobs[start : start + self.max_batch_size]
+            outs = self._generate_batch([prompts[i] for i, _, _ in chunk], [s for *_, s in chunk], params)
+            for (i, j, _), rollout in zip(chunk, outs):
+                rollout.prompt_index = i
+                results[i][j] = rollout
+        return results  # type: ignore[return-value]
+
+    def update_weights(self, model: torch.nn.Module) -> None:
+        """Copy `model`'s weights in (a no-op when the engine decodes with `model` itself)."""
+        if model is self.model:
+            return
+        self.model.load_state_dict(model.state_dict())
+
+    def sleep(self) -> None:
+        """Nothing to release: the engine holds no memory besides the policy."""
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+    def wake_up(self) -> None:
+        """No-op."""
+
+    def close(self) -> None:
+        """Drop the reference to the model."""
+        self.model = None
+
+    # -- decoding -------------------------------------------------------------------------
+
+    def _generate_batch(
+        self, prompts: list[Prompt], seeds: list[int | None], params: SamplingParams
+    ) -> list[Rollout]:
+        model = self.model
+        param = next(model.parameters())
+        device = param.device
+        batch = collate(
+            [p.inputs for p in prompts], self.family, self.spec, self.pad_token_id, padding_side="left"
+        ).to(device, dtype=param.dtype)
+        generators = [None if s is None else torch.Generator(device=device).manual_seed(s) for s in seeds]
+        banned = torch.tensor(self.banned, dtype=torch.long, device=device)
+        stop_ids = self.eos_ids | set(params.stop_token_ids)
+        b = len(prompts)
+        tokens: list[list[int]] = [[] for _ in range(b)]
+        logprobs: list[list[float]] = [[] for _ in range(b)]
+        finish: list[str | None] = [None] * b
+        texts = [_TextStream(self.tokenizer, p.inputs.input_ids.tolist()) for p in prompts]
+
+        attention = batch.attention_mask
+        positions = batch.position_ids[:, :, -1:]  # [4, B, 1]: every prompt ends in text
+        with torch.no_grad(), _eval_mode(model):
+            out = model(**batch.model_kwargs(), use_cache=True, logits_to_keep=1)
+            for step in range(params.max_tokens):
+                new, new_lp = next_tokens(out.logits[:, -1], params, banned, generators)
+                new_ids, new_lps = new.tolist(), new_lp.tolist()  # one device sync per step
+                for r in range(b):
+                    if finish[r] is None:
+                        tok = new_ids[r]
+                        tokens[r].append(tok)
+                        logprobs[r].append(new_lps[r])
+                        finish[r] = texts[r].add(tok, tok in stop_ids, params)
+                        if finish[r] is None and step + 1 == params.max_tokens:
+                            finish[r] = "length"
+                if all(f is not None for f in finish):
+                    break
+                fed = torch.tensor(
+                    [t[-1] if f is None else self.pad_token_id for t, f in zip(tokens, finish)], device=device
+                )
+                attention = torch.cat([attention, attention.new_ones(b, 1)], dim=1)
+                positions = positions + 1
+                out = model(
+                    input_ids=fed[:, None],
+                    attention_mask=attention,
+                    position_ids=positions,
+                    past_key_values=out.past_key_values,
+                    use_cache=True,
+                )
+        return [
+            Rollout(
+                prompt_index=-1,
+                token_ids=tokens[r],
+                text=texts[r].text,
+                logprobs=logprobs[r],
+                finish_reason=finish[r],
+            )
+            for r in range(b)
+        ]
+
+
+class _TextStream:
+    """Response text built token by token as vLLM's detokenizer builds it (tokenizers'
+    `DecodeStream` primed with the prompt; special tokens skipped; incomplete UTF-8 held back;
+    a final stop token's text left out; cut at the first stop string)."""
+
+    def __init__(self, tokenizer, prompt_ids: list[int]):
+        self.tokenizer = tokenizer
+        self.backend = getattr(tokenizer, "_tokenizer", None)  # the Rust tokenizer, when fast
+        self.ids: list[int] = []
+        self.text = ""
+        self.stream = None
+        if self.backend is not None:
+            from tokenizers.decoders import DecodeStream
+
+            self.stream = DecodeStream(ids=prompt_ids, skip_special_tokens=True)
+
+    def _piece(self, token_id: int) -> str:
+        if self.stream is None:  # slow tokenizer: decode the whole response again
+            before = self.text
+            return self.tokenizer.decode(self.ids, skip_special_tokens=True)[len(before) :]
+        try:
+            return self.stream.step(self.backend, token_id) or ""
+        except Exception:  # vLLM resets the stream on invalid-prefix errors, so do we
+            from tokenizers.decoders import DecodeStream
+
+            self.stream = DecodeStream(skip_special_tokens=True)
+            return self.stream.step(self.backend, token_id) or ""
+
+    def add(self, token_id: int, is_stop_token: bool, params: SamplingParams) -> str | None:
+        """Append one generated token; "stop" when it ends the response, else None."""
+        self.ids.append(token_id)
+        if is_stop_token:
+            if params.include_stop_str_in_output:
+                self.text += self._piece(token_id)
+            return "stop"
+        before = len(self.text)
+        self.text += self._piece(token_id)
+        if not params.stop:
+            return None
+        longest = max(len(s) for s in params.stop)
+        start = max(0, before - longest + 1)
+        hits = [(i, s) for s in params.stop if s and (i := self.text.find(s, start)) >= 0]
+        if not hits:
+            return None
+        index, s = min(hits)
+        self.text = self.text[: index + len(s) if params.include_stop_str_in_output else index]
+        return "stop"

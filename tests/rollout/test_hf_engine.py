@@ -1,0 +1,166 @@
+"""The HF engine on tiny models of all four families: batching, positions, log-probs, seeds, stops."""
+
+from __future__ import annotations
+
+import copy
+import math
+import subprocess
+import sys
+
+import pytest
+import torch
+from rollout_helpers import adversarial_copy, full_forward_logprobs, load_tiny
+
+from easyvideor1.models.inputs import append_response
+from easyvideor1.rollout.base import RolloutEngine, SamplingParams, check_no_banned
+from easyvideor1.rollout.hf_engine import HFEngine
+
+GREEDY = SamplingParams(temperature=0, max_tokens=6)
+
+
+def engine_of(tiny, **kw) -> HFEngine:
+    return HFEngine(tiny.model, tiny.processor, tiny.family, tiny.spec, **kw)
+
+
+def test_engine_satisfies_protocol(hf_tiny):
+    assert isinstance(engine_of(hf_tiny), RolloutEngine)
+    ids = hf_tiny.tokenizer.convert_tokens_to_ids(["<|image_pad|>", "<|video_pad|>", "<|vision_pad|>"])
+    assert engine_of(hf_tiny).banned == sorted(ids)
+
+
+def test_greedy_mixed_batch_equals_one_by_one(hf_tiny):
+    """Video, image, text and image+video prompts left-padded in one batch decode exactly as
+    each prompt alone (padding, positions and the KV cache are right for every family)."""
+    prompts = hf_tiny.prompts()
+    engine = engine_of(hf_tiny)
+    hf_tiny.model.train()
+    batched = engine.generate(prompts, 1, GREEDY)
+    assert hf_tiny.model.training, "generate must restore train mode"
+    hf_tiny.model.eval()
+    for i, prompt in enumerate(prompts):
+        alone = engine.generate([prompt], 1, GREEDY)[0][0]
+        got = batched[i][0]
+        assert got.prompt_index == i
+        assert got.token_ids == alone.token_ids, prompt.sample.problem_id
+        assert got.text == alone.text
+        assert max(abs(a - b) for a, b in zip(got.logprobs, alone.logprobs)) < 1e-4
+        assert len(got.token_ids) == len(got.logprobs) <= GREEDY.max_tokens
+        assert got.finish_reason == ("length" if len(got.token_ids) == GREEDY.max_tokens else "stop")
+
+
+def test_logprobs_match_a_full_forward_with_trainer_positions(hf_tiny):
+    """Sampled log-probs (T = 0.7, top-p 0.95) equal those of one forward over prompt + response
+    with `append_response`'s position ids: decoding continues positions as the trainer numbers them."""
+    params = SamplingParams(temperature=0.7, top_p=0.95, max_tokens=8, seed=3)
+    prompts = hf_tiny.prompts()
+    out = engine_of(hf_tiny).generate(prompts, 2, params)
+    for prompt, group in zip(prompts, out):
+        assert len(group) == 2
+        for r in group:
+            expected = full_forward_logprobs(hf_tiny, prompt, r, params)
+            assert torch.allclose(torch.tensor(r.logprobs), expected, atol=1e-4), prompt.sample.problem_id
+            assert all(math.isfinite(x) and x <= 0 for x in r.logprobs)
+
+
+def test_seeds_reproduce_and_do_not_depend_on_batching(hf_tiny_dirs):
+    tiny = load_tiny("qwen2_5_vl", hf_tiny_dirs["qwen2_5_vl"])
+    prompts = tiny.prompts()[:2]
+    params = SamplingParams(temperature=1.0, max_tokens=8, seed=10)
+    engine = engine_of(tiny)
+    first = engine.generate(prompts, [2, 3], params)
+    again = engine_of(tiny, max_batch_size=2).generate(prompts, [2, 3], params)
+    ids = [[r.token_ids for r in g] for g in first]
+    assert ids == [[r.token_ids for r in g] for g in again]
+    assert [len(g) for g in first] == [2, 3]
+    assert ids[1][0] != ids[1][1] != ids[1][2]
+    # prompt 1's samples use seeds 12, 13, 14 (10 + the 2 samples of prompt 0 + j)
+    alone = engine.generate(prompts[1:], 3, SamplingParams(temperature=1.0, max_tokens=8, seed=12))
+    assert [r.token_ids for r in alone[0]] == ids[1]
+    unseeded = engine.generate(prompts, 1, SamplingParams(max_tokens=4))
+    assert [len(g) for g in unseeded] == [1, 1]
+
+
+def test_stop_token_ids_and_stop_strings(hf_tiny_dirs):
+    tiny = load_tiny("qwen3_vl", hf_tiny_dirs["qwen3_vl"])
+    prompt = tiny.prompts()[2]
+    engine = engine_of(tiny)
+    long = engine.generate([prompt], 1, SamplingParams(temperature=0, max_tokens=12))[0][0]
+    assert long.finish_reason == "length" and len(long.token_ids) == 12
+
+    stop_id = long.token_ids[3]
+    cut = long.token_ids.index(stop_id)
+    by_id = engine.generate(
+        [prompt], 1, SamplingParams(temperature=0, max_tokens=12, stop_token_ids=[stop_id])
+    )
+    r = by_id[0][0]
+    assert r.finish_reason == "stop" and r.token_ids == long.token_ids[: cut + 1]
+
+    text = long.text
+    stop = text[len(text) // 2 : len(text) // 2 + 2]
+    r = engine.generate([prompt], 1, SamplingParams(temperature=0, max_tokens=12, stop=[stop]))[0][0]
+    assert r.finish_reason == "stop"
+    assert r.text == text[: text.find(stop)]
+    assert r.token_ids == long.token_ids[: len(r.token_ids)]
+    kept = engine.generate(
+        [prompt],
+        1,
+        SamplingParams(temperature=0, max_tokens=12, stop=[stop], include_stop_str_in_output=True),
+    )[0][0]
+    assert kept.text == text[: text.find(stop) + len(stop)]
+
+
+def test_vision_pad_tokens_are_banned(hf_tiny):
+    """A model that puts almost all mass on a vision pad token still never generates one; with
+    every other logit 0 the log-prob of each token is exactly -log(V - 3)."""
+    tiny = hf_tiny
+    model = adversarial_copy(tiny.model, engine_of(tiny).banned)
+    vocab = model.lm_head.weight.shape[0]
+    engine = HFEngine(model, tiny.processor, tiny.family, tiny.spec)
+    prompts = tiny.prompts()
+    out = engine.generate(prompts, 2, SamplingParams(temperature=1.0, max_tokens=16, seed=0))
+    for prompt, group in zip(prompts, out):
+        for r in group:
+            check_no_banned(prompt, r.token_ids, engine.banned)
+            assert r.logprobs == pytest.approx([-math.log(vocab - 3)] * len(r.token_ids), abs=1e-5)
+    with pytest.raises(RuntimeError, match="'vid'.*vision pad"):
+        check_no_banned(prompts[0], [5, engine.banned[0]], engine.banned)
+
+
+def test_update_weights_and_errors(hf_tiny_dirs, tmp_path):
+    from easyvideor1.models.tiny import build_tiny_model
+
+    tiny = load_tiny("qwen2_vl", hf_tiny_dirs["qwen2_vl"])
+    other = load_tiny("qwen2_vl", build_tiny_model("qwen2_vl", tmp_path / "other", seed=1))
+    prompts = tiny.prompts()
+    engine = engine_of(tiny)
+    before = engine.generate(prompts, 1, GREEDY)
+    target = engine_of(other).generate(prompts, 1, GREEDY)
+    engine.update_weights(other.model)
+    after = engine.generate(prompts, 1, GREEDY)
+    assert [g[0].token_ids for g in after] == [g[0].token_ids for g in target]
+    assert [g[0].token_ids for g in after] != [g[0].token_ids for g in before]
+    engine.sleep()
+    engine.wake_up()
+
+    with pytest.raises(ValueError, match="2 sample counts for 4 prompts"):
+        engine.generate(prompts, [1, 2], GREEDY)
+    with pytest.raises(ValueError, match="'vid'.*n >= 1"):
+        engine.generate(prompts, 0, GREEDY)
+    answered = copy.copy(prompts[0])
+    answered.inputs = append_response(prompts[0].inputs, [5, 6], tiny.spec)
+    with pytest.raises(ValueError, match="'vid'.*already hold 2 response tokens"):
+        engine.generate([answered], 1, GREEDY)
+    assert [p.modality for p in prompts] == ["video", "image", "text", "image+video"]
+
+
+def test_package_imports_without_vllm():
+    """Only vllm_engine.py touches vllm, and only when an engine is built."""
+    code = (
+        "import sys; sys.modules['vllm'] = None\n"
+        "import easyvideor1.rollout.base, easyvideor1.rollout.hf_engine, easyvideor1.rollout.parity\n"
+        "from easyvideor1.rollout.vllm_engine import VLLMEngine\n"
+        "try:\n    VLLMEngine('/nonexistent')\nexcept ImportError as e:\n    print('ERR', e)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "ERR the vllm rollout engine needs vllm" in out.stdout
