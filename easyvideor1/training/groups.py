@@ -83,24 +83,32 @@ def fill_filtered_batch(make_prompts: Callable[[], list[Prompt]], engine: Rollou
             return kept
 
 
-def reward_metrics(scored: ScoredGroups) -> dict[str, float]:
-    """Mean reward, accuracy and format per problem_type (online responses), plus overall."""
-    sums: dict[str, list[float]] = defaultdict(list)
+def reward_metrics(scored: ScoredGroups, gather=None) -> dict[str, float]:
+    """Mean reward, accuracy and format per problem_type (online responses), response length,
+    hybrid counters. `gather` merges the raw value lists of every data-parallel rank (None:
+    this process only), so the logged means are those of the global batch."""
+    values: dict[str, list[float]] = defaultdict(list)
     for prompt, grp, res in zip(scored.prompts, scored.groups, scored.results):
         ptype = prompt.sample.problem_type.lower().replace(" ", "_")
         for r, x in zip(grp, res):
             if r.offline:
+                values["hybrid/offline_reward"].append(x.overall)
                 continue
             for key, value in (("reward", x.overall), ("accuracy", x.accuracy), ("format", x.format)):
-                sums[f"{key}/{ptype}"].append(value)
-                sums[f"{key}/all"].append(value)
-            sums["response/length"].append(len(r.token_ids))
-            sums["response/clipped"].append(float(r.finish_reason == "length"))
-            sums["reward/errors"].append(float(x.error is not None))
-    out = {k: sum(v) / len(v) for k, v in sums.items() if v}
-    out["reward/errors"] = sum(sums["reward/errors"])
+                values[f"{key}/{ptype}"].append(value)
+                values[f"{key}/all"].append(value)
+            values["response/length"].append(len(r.token_ids))
+            values["response/clipped"].append(float(r.finish_reason == "length"))
+            values["reward/errors"].append(float(x.error is not None))
     h = scored.hybrid
-    out.update({"hybrid/groups_evaluated": h.groups_evaluated, "hybrid/groups_replaced": h.groups_replaced,
-                "hybrid/offline_truncated": h.offline_truncated,
-                "hybrid/offline_reward": h.offline_reward_sum / h.groups_replaced if h.groups_replaced else 0.0})
+    for name in ("groups_evaluated", "groups_replaced", "offline_truncated"):
+        values[f"hybrid/{name}"] = [1.0] * getattr(h, name)  # counted by length after the gather
+    if gather is not None:
+        values = gather(values)
+    out = {k: sum(v) / len(v) for k, v in values.items() if v and not k.startswith("hybrid/")}
+    out["reward/errors"] = sum(values.get("reward/errors", []))
+    for name in ("groups_evaluated", "groups_replaced", "offline_truncated"):
+        out[f"hybrid/{name}"] = float(len(values.get(f"hybrid/{name}", [])))
+    offline = values.get("hybrid/offline_reward", [])
+    out["hybrid/offline_reward"] = sum(offline) / len(offline) if offline else 0.0
     return {**out, **scored.filter_metrics}

@@ -39,6 +39,13 @@ class PromptLoader:
             self.index += 1
         return out
 
+    def peek_batch(self) -> list[Sample]:
+        """The batch `next_batch` will return, without advancing."""
+        state, order = self.state_dict(), self._order
+        batch = self.next_batch()
+        self.epoch, self.index, self._order = state["epoch"], state["index"], order
+        return batch
+
     def state_dict(self) -> dict[str, Any]:
         return {"epoch": self.epoch, "index": self.index}
 

@@ -57,6 +57,33 @@ class MetricsSink:
             self._wandb.finish()
 
 
+def gather_values(values: dict[str, list[float]]) -> dict[str, list[float]]:
+    """Every data-parallel rank's value lists, concatenated per key (identity in one process)."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
+        return values
+    parts: list = [None] * dist.get_world_size()
+    dist.all_gather_object(parts, dict(values))
+    merged: dict[str, list[float]] = {}
+    for part in parts:
+        for k, v in part.items():
+            merged.setdefault(k, []).extend(v)
+    return merged
+
+
+def mean_over_ranks(metrics: dict[str, float]) -> dict[str, float]:
+    """Each scalar averaged over the data-parallel ranks (identity in one process)."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
+        return metrics
+    parts: list = [None] * dist.get_world_size()
+    dist.all_gather_object(parts, metrics)
+    keys = sorted({k for p in parts for k in p})
+    return {k: sum(p[k] for p in parts if k in p) / sum(1 for p in parts if k in p) for k in keys}
+
+
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     """All records of a metrics.jsonl file (a resumed run's repeated steps: the last wins)."""
     rows: dict[int, dict[str, Any]] = {}

@@ -65,8 +65,8 @@ def make_engine(cfg: Config, model, processor, family, spec, device):
     if cfg.rollout.engine == "vllm":
         from easyvideor1.rollout.vllm_engine import VLLMEngine
 
-        return VLLMEngine(cfg.model.path, processor, family, spec, tensor_parallel_size=cfg.rollout.tensor_parallel_size,
-                          gpu_memory_utilization=cfg.rollout.gpu_memory_utilization, dtype=cfg.model.dtype)
+        return VLLMEngine(cfg.model.path, dtype=cfg.model.dtype, tensor_parallel_size=cfg.rollout.tensor_parallel_size,
+                          gpu_memory_utilization=cfg.rollout.gpu_memory_utilization, seed=cfg.training.seed)
     from easyvideor1.rollout.hf_engine import HFEngine
 
     return HFEngine(model, processor, family, spec)

@@ -27,7 +27,7 @@ from easyvideor1.rollout.base import RolloutEngine, SamplingParams
 from easyvideor1.training import checkpoint as ckpt
 from easyvideor1.training.groups import ScoredGroups, ScoreFn, fill_filtered_batch, generate_scored_groups, reward_metrics
 from easyvideor1.training.loader import PromptLoader, rank_slice
-from easyvideor1.training.metrics import MetricsSink, console_line
+from easyvideor1.training.metrics import MetricsSink, console_line, gather_values, mean_over_ranks
 from easyvideor1.training.prompts import prepare_prompts
 from easyvideor1.training.sequences import ForwardContext, RolloutBatch, all_logprobs, make_batch
 from easyvideor1.training.update import policy_update
@@ -90,13 +90,24 @@ def sampling_params(cfg: Config, step: int, tokenizer, temperature: float | None
                           stop_token_ids=stop_token_ids(cfg, tokenizer), include_stop_str_in_output=True)
 
 
+def rank_seed_offset(run: Run, n: int) -> int:
+    """Responses the ranks before this one generate from the current global batch (vLLM's
+    per-request seed rule: the seed of a sample is base + its position in the global batch)."""
+    from easyvideor1.training.hybrid import online_count
+
+    batch = run.loader.peek_batch()
+    per = len(batch) // run.world
+    return sum(online_count(s, n, run.cfg.hybrid) for s in batch[: run.rank * per])
+
+
 def rollout_stage(run: Run, step: int, timer: StageTimer) -> ScoredGroups:
     """Prompts of this step -> scored groups (with dynamic sampling when enabled)."""
     cfg = run.cfg
     tokenizer = run.processor.tokenizer
 
     def next_prompts():
-        samples = rank_slice(run.loader.next_batch(), run.rank, run.world)
+        batch = run.loader.next_batch()
+        samples = rank_slice(batch, run.rank, run.world)
         with timer("prepare"):
             prompts, failures = prepare_prompts(samples, run.frames, run.processor, run.ctx.family, run.ctx.spec,
                                                 cfg.data.template_dir, cfg.data.max_prompt_tokens)
@@ -105,6 +116,8 @@ def rollout_stage(run: Run, step: int, timer: StageTimer) -> ScoredGroups:
 
     run_failures: list = []
     params = sampling_params(cfg, step, tokenizer)
+    if run.world > 1:  # per-sample seeds as in one process: offset by the earlier ranks' samples
+        params.seed += rank_seed_offset(run, cfg.rollout.n)
     with timer("rollout"):
         if cfg.algorithm.online_filtering:
             target = cfg.training.rollout_batch_size // run.world
@@ -151,7 +164,8 @@ def train_step(run: Run, step: int, kl_ctrl) -> dict[str, float]:
     cfg, timer = run.cfg, StageTimer()
     scored = rollout_stage(run, step, timer)
     log_examples(run, step, scored)
-    metrics = reward_metrics(scored)
+    metrics = reward_metrics(scored, gather=gather_values)
+    local: dict[str, float] = {}  # per-rank numbers, averaged over ranks below
     batch = make_batch(scored.prompts, scored.groups)
     batch.results = [x for res in scored.results for x in res]
 
@@ -165,9 +179,9 @@ def train_step(run: Run, step: int, kl_ctrl) -> dict[str, float]:
         with timer("ref_logprob"):
             batch.ref_log_probs = all_logprobs(run.reference, batch, run.ctx)
     with timer("advantage"):
-        metrics.update(advantage_stage(run, batch, kl_ctrl.coef))
+        local.update(advantage_stage(run, batch, kl_ctrl.coef))
     with timer("update"):
-        metrics.update(policy_update(run.model, run.optimizer, batch, cfg.algorithm, run.ctx,
+        local.update(policy_update(run.model, run.optimizer, batch, cfg.algorithm, run.ctx,
                                      ppo_epochs=cfg.training.ppo_epochs, n_mini=n_mini,
                                      grad_clip=cfg.training.grad_clip, max_len=cfg.rollout.max_tokens,
                                      kl_coef=kl_ctrl.coef))
@@ -178,15 +192,18 @@ def train_step(run: Run, step: int, kl_ctrl) -> dict[str, float]:
     if batch.ref_log_probs is not None:
         if batch.old_log_probs is not None:
             kl = kl_estimate(batch.old_log_probs, batch.ref_log_probs, "k1")
-            metrics["kl/policy_ref"] = float(kl[batch.response_mask].mean()) if batch.response_mask.any() else 0.0
+            local["kl/policy_ref"] = float(kl[batch.response_mask].mean()) if batch.response_mask.any() else 0.0
         else:
-            metrics["kl/policy_ref"] = metrics.get("actor/kl_loss", 0.0)
-        kl_ctrl.update(metrics["kl/policy_ref"], batch.size)
-    metrics.update(timer.times)
+            local["kl/policy_ref"] = local.get("actor/kl_loss", 0.0)
+    local.update(timer.times)
     step_time = sum(timer.times.values())
     tokens = int(batch.response_mask.sum()) + sum(len(p.inputs.input_ids) for p in batch.prompts)
-    metrics.update({"time/step": step_time, "perf/tokens_per_s": tokens / max(step_time, 1e-9),
-                    "lr": run.optimizer.param_groups[0]["lr"]})
+    local.update({"time/step": step_time, "perf/tokens_per_s": tokens / max(step_time, 1e-9)})
+    metrics.update(mean_over_ranks(local))
+    if "kl/policy_ref" in metrics:
+        kl_ctrl.update(metrics["kl/policy_ref"], batch.size * run.world)
+    metrics["perf/tokens_per_s"] *= run.world  # every rank processed its share in that time
+    metrics["lr"] = run.optimizer.param_groups[0]["lr"]
     return metrics
 
 

@@ -69,15 +69,24 @@ def test_mixed_batch_forward_backward_every_parameter(tiny):
 
 
 def test_each_modality_alone(tiny):
-    """A micro-batch of only video, only image or only text runs forward and backward."""
+    """A micro-batch of only video, only image or only text runs forward and backward, and
+    calls the vision tower exactly as often as a mixed batch (twice: FSDP ranks stay in step)."""
     prompts = _prompts(tiny)
-    for name in ("video", "image", "text"):
-        seqs = _with_responses(tiny, [prompts[name]] * 2)
-        batch = collate(seqs, tiny.family, tiny.spec, tiny.pad_id)
-        tiny.model.zero_grad(set_to_none=True)
-        _loss(tiny.model, batch).backward()
-        assert batch.has_dummy_vision == (name == "text")
-        assert all(p.grad is not None for p in vision_tower(tiny.model).parameters()), name
+    calls = []
+    hook = vision_tower(tiny.model).register_forward_pre_hook(lambda *a: calls.append(1))
+    try:
+        for name in ("video", "image", "text", "mixed"):
+            items = [prompts["video"], prompts["image"]] if name == "mixed" else [prompts[name]] * 2
+            seqs = _with_responses(tiny, items)
+            batch = collate(seqs, tiny.family, tiny.spec, tiny.pad_id)
+            tiny.model.zero_grad(set_to_none=True)
+            calls.clear()
+            _loss(tiny.model, batch).backward()
+            assert len(calls) == 2, (name, len(calls))
+            assert batch.has_dummy_vision == (name != "mixed")
+            assert all(p.grad is not None for p in vision_tower(tiny.model).parameters()), name
+    finally:
+        hook.remove()
 
 
 @pytest.mark.parametrize("n_seqs", [1, 2])
@@ -87,8 +96,9 @@ def test_dummy_vision_block_changes_nothing_but_reaches_every_vision_parameter(t
     model = tiny.model
     plain = collate(seqs, tiny.family, tiny.spec, tiny.pad_id, dummy_vision=False)
     dummy = collate(seqs, tiny.family, tiny.spec, tiny.pad_id, dummy_vision=True)
-    # One sequence: a new column; two of unequal length: the shorter one's padding slot.
-    assert dummy.input_ids.shape[1] == plain.input_ids.shape[1] + (1 if n_seqs == 1 else 0)
+    # Two dummies (an image and a video). One sequence: two new columns; two of unequal length:
+    # the shorter one's padding slots.
+    assert dummy.input_ids.shape[1] == plain.input_ids.shape[1] + (2 if n_seqs == 1 else 0)
 
     model.zero_grad(set_to_none=True)
     plain_loss = _loss(model, plain)

@@ -1,0 +1,139 @@
+"""Batch scoring: process pool, per-sample timeout, counted errors, metrics per problem_type."""
+
+import glob
+import logging
+import os
+import tempfile
+import time
+
+import pytest
+
+from easyvideor1.records import RewardResult, Sample
+from easyvideor1.rewards import RewardConfig
+from easyvideor1.rewards.batch import ScoringPool, metrics_by_type, score_batch
+
+HANG = "<think>.</think><answer>\n```python\nimport time\ndef add(a, b):\n    time.sleep(60)\n```\n</answer>"
+GOOD_CODE = "<think>.</think><answer>\n```python\ndef add(a, b):\n    return a + b\n```\n</answer>"
+
+
+def mixed():
+    samples = [
+        Sample(
+            problem="q",
+            answer="B",
+            problem_type="multiple choice",
+            options=["A. x", "B. y"],
+            problem_id="mc",
+        ),
+        Sample(problem="q", answer="4", problem_type="numerical", problem_id="num"),
+        Sample(
+            problem="q",
+            answer="def add(a, b): return a + b",
+            problem_type="code",
+            problem_id="slow",
+            extra={"tests": ["assert add(1, 2) == 3"]},
+        ),
+        Sample(
+            problem="q",
+            answer="not a letter",
+            problem_type="multiple choice",
+            options=["A. x"],
+            problem_id="broken",
+        ),
+        Sample(problem="q", answer="[0, 10]", problem_type="temporal grounding", problem_id="tg"),
+    ]
+    responses = ["<think>.</think><answer>B</answer>", "<think>.</think><answer>5</answer>", HANG,
+                 "<think>.</think><answer>A</answer>", "<think>.</think><answer>[0, 5]</answer>"]  # fmt: skip
+    return responses, samples
+
+
+def test_pool_with_timeout_and_errors(caplog):
+    responses, samples = mixed()
+    cfg = RewardConfig(code_timeout_s=60)  # the sandbox would wait: the pool's limit must cut it
+    start = time.monotonic()
+    with caplog.at_level(logging.WARNING):
+        results = score_batch(responses, samples, cfg, workers=2, timeout_s=3)
+    assert time.monotonic() - start < 15
+    assert [r.accuracy for r in results] == [1.0, 0.0, 0.0, 0.0, 0.5]
+    assert results[0].overall == pytest.approx(1.0) and results[1].overall == pytest.approx(0.1)
+    assert "TimeoutError" in results[2].error and "'slow'" in results[2].error
+    assert "ValueError" in results[3].error and "'broken'" in results[3].error
+    assert results[0].error is None and results[4].error is None
+    assert "'slow'" in caplog.text and "'broken'" in caplog.text  # logged, not silent
+    assert _sandbox_processes_gone(), "the timed-out sample's sandbox process outlived its worker"
+    assert not glob.glob(os.path.join(tempfile.gettempdir(), "ev1-score-*"))
+
+    metrics = metrics_by_type(results, samples)
+    assert metrics["multiple choice"].count == 2 and metrics["multiple choice"].errors == 1
+    assert metrics["multiple choice"].accuracy == pytest.approx(0.5)
+    assert metrics["code"].errors == 1 and metrics["all"].errors == 2 and metrics["all"].count == 5
+    assert metrics["all"].format == pytest.approx((1 + 1 + 0 + 0 + 1) / 5)
+
+
+def _sandbox_processes_gone(wait_s=3.0):
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        alive = []
+        for path in glob.glob("/proc/[0-9]*/cmdline"):
+            try:
+                with open(path, "rb") as f:
+                    cmdline = f.read()
+            except OSError:
+                continue
+            if b"RLIMIT_AS" in cmdline and b"SETUP" in cmdline:
+                alive.append(path)
+        if not alive:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_in_process_matches_pool():
+    responses, samples = mixed()
+    del responses[2], samples[2]
+    assert score_batch(responses, samples, workers=0) == score_batch(responses, samples, workers=2)
+
+
+def test_pool_is_reused_and_replaces_a_killed_worker():
+    responses, samples = mixed()
+    with ScoringPool(RewardConfig(code_timeout_s=60), workers=2, timeout_s=2) as pool:
+        pids = sorted(slot.proc.pid for slot in pool._slots)
+        first = pool.score(responses[:2], samples[:2])
+        assert sorted(slot.proc.pid for slot in pool._slots) == pids  # same workers, no respawn
+        second = pool.score(responses[2:3] + responses[:2], samples[2:3] + samples[:2])
+        assert "TimeoutError" in second[0].error and second[1:] == first
+        assert len(set(slot.proc.pid for slot in pool._slots) - set(pids)) == 1  # one replaced
+        assert all(slot.proc.is_alive() for slot in pool._slots)
+    assert _sandbox_processes_gone()
+
+
+def test_unknown_type_fails_fast_naming_the_sample():
+    samples = [
+        Sample(problem="q", answer="1", problem_type="numerical"),
+        Sample(problem="q", answer="1", problem_type="poem", problem_id="p9"),
+    ]
+    with pytest.raises(ValueError, match="p9.*poem"):
+        score_batch(["1", "1"], samples, workers=0)
+
+
+def test_length_mismatch():
+    with pytest.raises(ValueError, match="2 responses for 1 samples"):
+        score_batch(["a", "b"], [Sample(problem="q", answer="1", problem_type="numerical")])
+
+
+def test_metrics_hand_computed():
+    samples = [Sample(problem="q", answer="1", problem_type=t) for t in ("a", "a", "b")]
+    results = [
+        RewardResult(1.0, 1.0, 1.0),
+        RewardResult(0.1, 0.0, 1.0),
+        RewardResult(0.0, 0.0, 0.0, error="x"),
+    ]
+    m = metrics_by_type(results, samples)
+    assert (m["a"].count, m["a"].reward, m["a"].accuracy, m["a"].format, m["a"].errors) == (
+        2,
+        0.55,
+        0.5,
+        1.0,
+        0,
+    )
+    assert (m["b"].errors, m["all"].count) == (1, 3) and m["all"].reward == pytest.approx(1.1 / 3)
