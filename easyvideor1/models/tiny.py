@@ -47,6 +47,7 @@ class TinySize:
 # LLM head dims are 32 and 64: vLLM's CPU attention supports no smaller head size.
 SIZES: dict[str, TinySize] = {
     "tiny": TinySize(64, 2, 2, 1, 32, 2, 2, 832),
+    "medium": TinySize(128, 2, 4, 2, 64, 2, 2, 832),
     "small": TinySize(256, 4, 4, 2, 128, 4, 4, 832),
 }
 
