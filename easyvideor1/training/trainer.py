@@ -118,7 +118,8 @@ def rollout_stage(run: Run, step: int, timer: StageTimer) -> ScoredGroups:
     params = sampling_params(cfg, step, tokenizer)
     if run.world > 1:  # per-sample seeds as in one process: offset by the earlier ranks' samples
         params.seed += rank_seed_offset(run, cfg.rollout.n)
-    with timer("rollout"):
+    prepared_before = timer.times.get("time/prepare", 0.0)
+    with timer("rollout"):  # prepare runs inside it (per round when filtering): subtracted below
         if cfg.algorithm.online_filtering:
             target = cfg.training.rollout_batch_size // run.world
             scored = fill_filtered_batch(next_prompts, run.engine, params, cfg.rollout.n, cfg.hybrid, cfg.algorithm,
@@ -126,6 +127,7 @@ def rollout_stage(run: Run, step: int, timer: StageTimer) -> ScoredGroups:
         else:
             scored = generate_scored_groups(next_prompts(), run.engine, params, cfg.rollout.n, cfg.hybrid,
                                             run.score_fn, tokenizer, run.end_token)
+    timer.times["time/rollout"] -= timer.times.get("time/prepare", 0.0) - prepared_before
     scored.filter_metrics["data/prompt_failures"] = float(len(run_failures))
     return scored
 
