@@ -8,10 +8,15 @@ VARIANT="${1:-cpu}"
 PY="${PYTHON:-python3.11}"
 command -v "$PY" >/dev/null || PY=python3
 
-if ! command -v ffmpeg >/dev/null 2>&1; then
-  echo "[setup] installing Debian ffmpeg (needed by torchcodec)"
+# Debian packages: ffmpeg (torchcodec decodes with it), chromium (the html-code reward renders
+# pages with it; its tests skip without it).
+missing=""
+command -v ffmpeg >/dev/null 2>&1 || missing="$missing ffmpeg"
+command -v chromium >/dev/null 2>&1 || missing="$missing chromium"
+if [ -n "$missing" ]; then
+  echo "[setup] installing Debian packages:$missing"
   if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
-  $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq ffmpeg >/dev/null
+  $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null
 fi
 
 [ -x .venv/bin/python ] || "$PY" -m venv .venv

@@ -59,3 +59,18 @@ def test_every_field_has_a_one_line_docstring():
             assert "\n" not in docs[f.name], f"{cls.__name__}.{f.name}: docstring is not one line"
     lines = config_tree.describe(Config)
     assert any(l.startswith("training.lr = ") for l in lines)
+
+
+def test_shipped_configs_load():
+    from pathlib import Path
+
+    configs = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.yaml"))
+    assert len(configs) >= 3
+    for path in configs:
+        cfg = load_config(str(path))
+        assert cfg.rollout.n >= 2, path
+    paper = load_config(str(Path(__file__).resolve().parents[1] / "configs" / "qwen2_5_vl_7b_8gpu.yaml"))
+    assert (paper.algorithm.clip_ratio_low, paper.algorithm.clip_ratio_high) == (0.2, 0.28)
+    assert paper.algorithm.disable_kl and paper.rollout.n == 8 and paper.training.lr == 1e-6
+    assert (paper.vision.fps, paper.vision.max_frames, paper.vision.video_max_pixels) == (2.0, 128, 262144)
+    assert paper.vision.image_max_pixels == 1048576 and paper.rollout.max_tokens == 4096

