@@ -79,7 +79,7 @@ def test_seed_does_not_touch_global_rng(tmp_path):
 def test_unknown_family_and_size_list_the_valid_ones(tmp_path):
     with pytest.raises(ValueError, match="qwen2_vl, qwen2_5_vl, qwen3_vl, qwen3_5"):
         build_tiny_model("llava", tmp_path)
-    with pytest.raises(ValueError, match="tiny, small"):
+    with pytest.raises(ValueError, match="tiny, medium, small"):
         build_tiny_model("qwen2_vl", tmp_path, size="huge")
 
 
