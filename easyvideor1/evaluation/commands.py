@@ -36,7 +36,8 @@ def _eval(args: argparse.Namespace) -> int:
     options = options_from(data_root=args.data_root, out_dir=args.out, cache_dir=args.cache_dir,
                            cache_mode=args.cache_mode, template_dir=args.template_dir, max_samples=args.max_samples,
                            load_workers=args.load_workers, prefetch=args.prefetch, max_batch=args.max_batch,
-                           max_concurrency=args.max_concurrency, asynchronous=not args.no_async, dtype=args.dtype)
+                           max_concurrency=args.max_concurrency, asynchronous=not args.no_async, dtype=args.dtype,
+                           judge_endpoint=args.judge_endpoint, judge_model=args.judge_model)
     try:
         evaluator = Evaluator(args.model, engine=args.engine, preset=args.preset, options=options)
         evaluator.run([b for b in args.benchmarks.split(",") if b])
@@ -72,6 +73,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--max-concurrency", type=int, default=64, help="vLLM requests in flight")
     p.add_argument("--no-async", action="store_true", help="the vanilla loop: load a batch, generate, repeat")
     p.add_argument("--dtype", default="bfloat16", help="model dtype")
+    p.add_argument("--judge-endpoint", default=None,
+                   help="OpenAI-compatible URL of an LLM judge for open-ended answers (VCR-Bench, VideoReasonBench); "
+                        "key from $OPENAI_API_KEY")
+    p.add_argument("--judge-model", default=None, help="the judge's model name")
     p.set_defaults(func=_eval)
 
     p = subparsers.add_parser(

@@ -42,6 +42,8 @@ class EvalOptions:
     max_concurrency: int = 64  # vLLM engine: requests in flight
     asynchronous: bool = True  # False: the vanilla load-a-batch-then-generate loop
     dtype: str = "bfloat16"
+    judge_endpoint: str | None = None  # OpenAI-compatible URL of an LLM judge for open-ended answers
+    judge_model: str | None = None  # the judge's model name
 
 
 def sampling_from(settings: EvalSettings) -> SamplingParams:
@@ -71,9 +73,23 @@ class Evaluator:
 
         config = AutoConfig.from_pretrained(model_path)
         self.family, self.spec = family_of(config), mrope_spec(config)
+        self.score_fn = None  # the benchmarks' own scorers (ROUGE for open-ended answers)
+        judge = ""
+        if o.judge_endpoint:
+            from functools import partial
+
+            from easyvideor1.rewards import JudgeConfig, RewardConfig, score
+
+            if not o.judge_model:
+                raise ValueError("--judge-endpoint needs --judge-model")
+            cfg = RewardConfig(judge=JudgeConfig(endpoint=o.judge_endpoint, model=o.judge_model,
+                                                 cache_dir=str(Path(o.out_dir) / "judge_cache")))
+            self.score_fn = partial(score, cfg=cfg)
+            judge = f"{o.judge_model}@{o.judge_endpoint}"
         self.settings = preset_settings(preset, model_path, engine, family=self.family.name,
                                         prompt_template=o.template_dir or "builtin",
-                                        prompt_digest=template_digest(o.template_dir), sampling=sampling)
+                                        prompt_digest=template_digest(o.template_dir), judge=judge,
+                                        sampling=sampling)
         if vision is not None:
             self.settings = dataclasses.replace(self.settings, vision=vision)
         self.frames = FrameSource(self.settings.vision, o.cache_dir, o.cache_mode)
@@ -128,7 +144,7 @@ class Evaluator:
             if out.error is not None or out.rollout is None:
                 row = bench.failed_row(it.sample, out.error or "no output", it.timing)
             else:
-                row = bench.result_row(it.sample, out.rollout.text,
+                row = bench.result_row(it.sample, out.rollout.text, score_fn=self.score_fn,
                                        prompt_tokens=len(it.prompt.inputs.input_ids),
                                        output_tokens=len(out.rollout.token_ids), timing=it.timing)
             stores[it.key].append(row)
