@@ -134,6 +134,20 @@ def _init_worker() -> None:
     import torch
 
     torch.set_num_threads(1)  # one process per core: threads inside would only contend
+    _die_with_parent()
+
+
+def _die_with_parent() -> None:
+    """Linux: have the kernel kill this worker when the building process dies (a SIGKILLed
+    build must not leave orphans writing entries behind the next run's back)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+
+        try:
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
 
 
 def _prepare_dir(out_dir: Path, cfg: VisionConfig, content_hash: bool) -> None:
@@ -146,7 +160,12 @@ def _prepare_dir(out_dir: Path, cfg: VisionConfig, content_hash: bool) -> None:
     if stored is None:
         _write_json(out_dir / CONFIG_FILE, {"format_version": FORMAT_VERSION, "params": cfg.key_params(),
                                             "content_hash": content_hash})
-    for tmp in (out_dir / "entries").glob("*/*.tmp*"):  # left by a killed run
+    _clear_stale_tmp(out_dir)
+
+
+def _clear_stale_tmp(out_dir: Path) -> None:
+    """Remove temporary entry files whose writer is gone (a killed run)."""
+    for tmp in (out_dir / "entries").glob("*/*.tmp*"):
         pid = tmp.name.rsplit(".tmp", 1)[-1]
         if not (pid.isdigit() and _alive(int(pid))):
             tmp.unlink(missing_ok=True)
@@ -236,6 +255,7 @@ def build_cache(samples: list[Sample], cfg: VisionConfig, out_dir: str | os.Path
     report.jobs = len(jobs)
     workers = workers if workers is not None else (os.cpu_count() or 1)
     outcomes = _execute(list(jobs.values()), cfg, str(out), workers, verify, progress)
+    _clear_stale_tmp(out)  # workers of a killed earlier run may have died since the start
     for o in outcomes.values():
         report.built += o.reason == "built"
         report.rebuilt += o.reason == "rebuilt"
