@@ -77,7 +77,7 @@ class RolloutConfig:
     gpu_memory_utilization: float = 0.6
     """Fraction of GPU memory vLLM may take (colocated with training)."""
     parity_check_every: int = 0
-    """Compare engine and trainer log-probs every k steps (0: never)."""
+    """Every k steps log the engine-vs-trainer log-prob gap per modality (0: never)."""
 
 
 @dataclass

@@ -162,6 +162,23 @@ def log_examples(run: Run, step: int, scored: ScoredGroups, groups: int = 1) -> 
         f.writelines(json.dumps(row) + "\n" for row in rows)
 
 
+def parity_metrics(batch: RolloutBatch) -> dict[str, float]:
+    """Engine vs trainer log-probs of the generated tokens, max / mean gap per modality."""
+    gaps: dict[str, list[torch.Tensor]] = {}
+    for i, r in enumerate(batch.rollouts):
+        if r.offline or r.logprobs is None:
+            continue
+        n = len(r.token_ids)
+        gap = (batch.behaviour_log_probs[i, :n] - batch.old_log_probs[i, :n]).abs()
+        gaps.setdefault(batch.prompts[int(batch.group_ids[i])].modality, []).append(gap)
+    out = {}
+    for modality, parts in gaps.items():
+        g = torch.cat(parts)
+        out[f"parity/max_gap/{modality}"] = float(g.max()) if g.numel() else 0.0
+        out[f"parity/mean_gap/{modality}"] = float(g.mean()) if g.numel() else 0.0
+    return out
+
+
 def train_step(run: Run, step: int, kl_ctrl) -> dict[str, float]:
     cfg, timer = run.cfg, StageTimer()
     scored = rollout_stage(run, step, timer)
@@ -173,10 +190,14 @@ def train_step(run: Run, step: int, kl_ctrl) -> dict[str, float]:
 
     n_mini = cfg.training.rollout_batch_size // cfg.training.mini_batch_size
     on_policy = cfg.training.ppo_epochs == 1 and n_mini == 1
+    parity_step = bool(cfg.rollout.parity_check_every) and step % cfg.rollout.parity_check_every == 0
     with timer("old_logprob"):
         # Strictly on-policy (one update over the whole batch) the old log-probs are the
         # current ones, detached: computed inside the update, saving a forward pass.
-        batch.old_log_probs = None if on_policy and not cfg.algorithm.kl_in_reward else all_logprobs(run.model, batch, run.ctx)
+        skip = on_policy and not cfg.algorithm.kl_in_reward and not parity_step
+        batch.old_log_probs = None if skip else all_logprobs(run.model, batch, run.ctx)
+    if parity_step:
+        local.update(parity_metrics(batch))
     if run.reference is not None:
         with timer("ref_logprob"):
             batch.ref_log_probs = all_logprobs(run.reference, batch, run.ctx)
