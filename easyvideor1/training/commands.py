@@ -57,7 +57,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                           "groups, measure again, and write a report with plots.")
     p.add_argument("--out", default="runs/demo", help="output folder")
     p.add_argument("--steps", type=int, default=None, help="training steps (default: the demo config's)")
-    p.add_argument("--minutes", type=float, default=12.0, help="stop training after this many minutes")
+    p.add_argument("--minutes", type=float, default=14.0, help="stop training after this many minutes")
     p.add_argument("--no-hybrid", action="store_true", help="on-policy only (no offline trajectories)")
     p.add_argument("--seed", type=int, default=0, help="seed of the model, data and training")
     p.add_argument("overrides", nargs="*", help="extra config overrides, e.g. training.lr=1e-3")

@@ -40,7 +40,7 @@ def _table(before: dict[str, float], after: dict[str, float]) -> str:
     return "\n".join(lines)
 
 
-def run_demo(out: str | Path, steps: int | None = None, minutes: float = 12.0, hybrid: bool = True, seed: int = 0,
+def run_demo(out: str | Path, steps: int | None = None, minutes: float = 14.0, hybrid: bool = True, seed: int = 0,
              overrides: list[str] | None = None, num_train: int = 512, num_val: int = 96,
              model_size: str = "tiny") -> dict[str, float]:
     """Run the whole demo under `out`; return the validation metrics after training."""
