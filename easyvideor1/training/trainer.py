@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-import torch.distributed as dist
 
 from easyvideor1.algorithms import ADVANTAGES, kl_estimate, kl_reward_penalty, make_kl_controller
 from easyvideor1.config import Config

@@ -1,6 +1,5 @@
 """Trainer pieces that need no engine: loader, checkpoints, hybrid groups, metrics and report."""
 
-import json
 
 import pytest
 import torch
