@@ -17,13 +17,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import argparse
 from pathlib import Path
 
-from easyvideor1.training.demo import CLASSIFICATION, GROUNDING, run_demo
-
-
-def summary(after: dict[str, float]) -> tuple[float, float]:
-    cls = [after.get(f"val/accuracy/{t}", 0.0) for t in CLASSIFICATION]
-    grd = [after.get(f"val/accuracy/{t}", 0.0) for t in GROUNDING]
-    return sum(cls) / len(cls), sum(grd) / len(grd)
+from easyvideor1.training.demo import run_demo, summary
 
 
 def main() -> None:

@@ -134,9 +134,7 @@ class Evaluator:
             log.info("%s: %d samples, %d already done, %d to run", name, len(samples),
                      len(samples) - len(pending), len(pending))
             items += [Item(key=name, sample=s) for s in pending]
-        ordered = longest_first([it.sample for it in items], probe_seconds)
-        order = {id(s): k for k, s in enumerate(ordered)}
-        items.sort(key=lambda it: order[id(it.sample)])
+        items = longest_first(items, probe_seconds)
         progress = _progress(len(items))
 
         def on_outcome(out: Outcome) -> None:

@@ -91,9 +91,9 @@ class HFBatchBackend:
         await pumper
 
 
-def longest_first(samples: list[Sample], seconds: Callable[[str], float]) -> list[Sample]:
-    """Samples ordered by total video seconds, longest first (stable)."""
-    return sorted(samples, key=lambda s: -sum(seconds(v) for v in s.videos))
+def longest_first(items: list[Item], seconds: Callable[[str], float]) -> list[Item]:
+    """Items ordered by the total video seconds of their sample, longest first (stable)."""
+    return sorted(items, key=lambda it: -sum(seconds(v) for v in it.sample.videos))
 
 
 async def _prepared(items: list[Item], prepare: Prepare, load_workers: int, prefetch: int) -> AsyncIterator[Item]:
@@ -125,12 +125,9 @@ async def _prepared(items: list[Item], prepare: Prepare, load_workers: int, pref
 async def run_async(items: list[Item], prepare: Prepare, backend: Backend, params: SamplingParams,
                     on_outcome: Callable[[Outcome], None], load_workers: int = 4, prefetch: int = 16) -> None:
     """Drive `items` through loading, generation and `on_outcome` (which scores and writes)."""
-    failed: list[Item] = []
-
     async def good_items() -> AsyncIterator[Item]:
         async for it in _prepared(items, prepare, load_workers, prefetch):
             if it.error is not None:
-                failed.append(it)
                 on_outcome(Outcome(it, None, it.error))
             else:
                 yield it

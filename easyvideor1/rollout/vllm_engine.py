@@ -259,20 +259,7 @@ class VLLMEngine:
         return request_for(prompt)
 
     def _sampling_params(self, params: SamplingParams, n: int, seed: int | None):
-        return self._vllm.SamplingParams(
-            n=n,
-            temperature=params.temperature,
-            top_p=params.top_p,
-            top_k=max(params.top_k, 0),
-            max_tokens=params.max_tokens,
-            stop=list(params.stop) or None,
-            stop_token_ids=list(params.stop_token_ids) or None,
-            include_stop_str_in_output=params.include_stop_str_in_output,
-            seed=seed,
-            logprobs=0,
-            bad_words=self._bad_words or None,
-            skip_special_tokens=True,
-        )
+        return vllm_sampling_params(self._vllm, params, n, seed, self._bad_words)
 
     def _check_prompt(self, prompt: Prompt, vllm_ids) -> None:
         ours = prompt.inputs.input_ids.tolist()
@@ -312,8 +299,8 @@ class AsyncVLLMBackend:
                                limit_mm_per_prompt=limit_mm_per_prompt or {"video": 1, "image": 2},
                                enforce_eager=True, logprobs_mode="processed_logprobs", **llm_kwargs)
         self.engine = AsyncLLM.from_engine_args(args)
-        self.tokenizer = processor.tokenizer if processor is not None else None
-        self._bad_words = None
+        vocab = (processor.tokenizer if processor is not None else self.engine.tokenizer).get_vocab()
+        self._bad_words = [t for t in VISION_PAD_TOKENS if t in vocab]
         self._counter = 0
 
     async def _one(self, item, params: SamplingParams):
@@ -322,13 +309,8 @@ class AsyncVLLMBackend:
         from easyvideor1.evaluation.pipeline import Outcome
 
         self._counter += 1
-        sp = self._vllm.SamplingParams(
-            n=1, temperature=params.temperature, top_p=params.top_p, top_k=max(params.top_k, 0),
-            max_tokens=params.max_tokens, stop=list(params.stop) or None,
-            stop_token_ids=list(params.stop_token_ids) or None,
-            include_stop_str_in_output=params.include_stop_str_in_output, seed=params.seed, logprobs=0,
-            bad_words=[t for t in VISION_PAD_TOKENS if self.tokenizer is None or t in self.tokenizer.get_vocab()],
-            skip_special_tokens=True, output_kind=RequestOutputKind.FINAL_ONLY, **self.penalties)
+        sp = vllm_sampling_params(self._vllm, params, 1, params.seed, self._bad_words,
+                                  output_kind=RequestOutputKind.FINAL_ONLY, **self.penalties)
         final = None
         async for out in self.engine.generate(request_for(item.prompt), sp, request_id=f"eval-{self._counter}"):
             final = out
@@ -370,6 +352,25 @@ class AsyncVLLMBackend:
 
     def close(self) -> None:
         self.engine.shutdown()
+
+
+def vllm_sampling_params(vllm, params: SamplingParams, n: int, seed: int | None, bad_words: list[str], **extra):
+    """vLLM's SamplingParams for ours: log-probs of the sampled tokens, vision pad tokens banned."""
+    return vllm.SamplingParams(
+        n=n,
+        temperature=params.temperature,
+        top_p=params.top_p,
+        top_k=max(params.top_k, 0),
+        max_tokens=params.max_tokens,
+        stop=list(params.stop) or None,
+        stop_token_ids=list(params.stop_token_ids) or None,
+        include_stop_str_in_output=params.include_stop_str_in_output,
+        seed=seed,
+        logprobs=0,
+        bad_words=bad_words or None,
+        skip_special_tokens=True,
+        **extra,
+    )
 
 
 def request_for(prompt: Prompt) -> dict:

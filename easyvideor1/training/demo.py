@@ -24,6 +24,13 @@ def demo_config_path() -> str:
     return str(resources.files("easyvideor1") / "configs" / "demo_cpu.yaml")
 
 
+def summary(metrics: dict[str, float]) -> tuple[float, float]:
+    """(mean accuracy of the classification tasks, mean IoU of the grounding tasks)."""
+    cls = [metrics.get(f"val/accuracy/{t}", 0.0) for t in CLASSIFICATION]
+    grd = [metrics.get(f"val/accuracy/{t}", 0.0) for t in GROUNDING]
+    return sum(cls) / len(cls), sum(grd) / len(grd)
+
+
 def _table(before: dict[str, float], after: dict[str, float]) -> str:
     lines = ["| task | metric | chance | before | after |", "| --- | --- | --- | --- | --- |"]
     for task in TASKS:
@@ -31,12 +38,9 @@ def _table(before: dict[str, float], after: dict[str, float]) -> str:
         chance = f"{CHANCE[task]:.2f}" if task in CHANCE else "~0"
         key = f"val/accuracy/{task}"
         lines.append(f"| {task} | {metric} | {chance} | {before.get(key, 0):.2f} | {after.get(key, 0):.2f} |")
-    cls = [after.get(f"val/accuracy/{t}", 0.0) for t in CLASSIFICATION]
-    grd = [after.get(f"val/accuracy/{t}", 0.0) for t in GROUNDING]
-    cls_b = [before.get(f"val/accuracy/{t}", 0.0) for t in CLASSIFICATION]
-    grd_b = [before.get(f"val/accuracy/{t}", 0.0) for t in GROUNDING]
-    lines.append(f"| **classification (mean)** | accuracy | | {sum(cls_b) / len(cls_b):.2f} | {sum(cls) / len(cls):.2f} |")
-    lines.append(f"| **grounding (mean)** | mean IoU | | {sum(grd_b) / len(grd_b):.2f} | {sum(grd) / len(grd):.2f} |")
+    (cls_b, grd_b), (cls, grd) = summary(before), summary(after)
+    lines.append(f"| **classification (mean)** | accuracy | | {cls_b:.2f} | {cls:.2f} |")
+    lines.append(f"| **grounding (mean)** | mean IoU | | {grd_b:.2f} | {grd:.2f} |")
     return "\n".join(lines)
 
 
