@@ -5,7 +5,7 @@ per task before and after for both runs.
 Expected: on-policy-only stays near 0 (a random policy almost never produces a well-formed,
 correct answer, so GRPO groups carry no signal), while hybrid groups learn.
 
-Usage: OMP_WAIT_POLICY=PASSIVE python benchmarks/learning.py [--minutes 12] [--out runs/learning]
+Usage: OMP_WAIT_POLICY=PASSIVE python benchmarks/learning.py [--minutes 13] [--out runs/learning]
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from easyvideor1.training.demo import run_demo, summary
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--minutes", type=float, default=12.0, help="training budget of each run")
+    ap.add_argument("--minutes", type=float, default=13.0, help="training budget of each run (the demo's)")
     ap.add_argument("--out", default="runs/learning")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()

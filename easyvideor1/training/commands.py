@@ -38,7 +38,7 @@ def _demo(args: argparse.Namespace) -> int:
     from easyvideor1.training.demo import run_demo
 
     run_demo(args.out, steps=args.steps, minutes=args.minutes, hybrid=not args.no_hybrid, seed=args.seed,
-             overrides=args.overrides)
+             overrides=args.overrides, num_train=args.train_samples, num_val=args.val_samples)
     return 0
 
 
@@ -51,14 +51,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--help-config", action="store_true", help="list every config field with its default and doc")
     p.set_defaults(func=_train)
 
+    from easyvideor1.training.demo import DEMO_TRAIN, DEMO_VAL
+
     p = subparsers.add_parser("demo", help="the embedded default: tiny model + synthetic video tasks, on CPU",
                               description="Build a tiny Qwen-VL model and the synthetic task suite, cache the "
                                           "frames, measure validation accuracy, train with GRPO + hybrid "
                                           "groups, measure again, and write a report with plots.")
     p.add_argument("--out", default="runs/demo", help="output folder")
     p.add_argument("--steps", type=int, default=None, help="training steps (default: the demo config's)")
-    p.add_argument("--minutes", type=float, default=14.0, help="stop training after this many minutes")
+    p.add_argument("--minutes", type=float, default=13.0, help="stop training after this many minutes")
     p.add_argument("--no-hybrid", action="store_true", help="on-policy only (no offline trajectories)")
     p.add_argument("--seed", type=int, default=0, help="seed of the model, data and training")
+    p.add_argument("--train-samples", type=int, default=DEMO_TRAIN, help="synthetic training samples")
+    p.add_argument("--val-samples", type=int, default=DEMO_VAL, help="held-out samples (an equal share per task)")
     p.add_argument("overrides", nargs="*", help="extra config overrides, e.g. training.lr=1e-3")
     p.set_defaults(func=_demo)

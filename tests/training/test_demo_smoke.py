@@ -11,7 +11,8 @@ def test_demo_runs_end_to_end(tmp_path):
     out = tmp_path / "demo"
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     proc = subprocess.run([sys.executable, "-m", "easyvideor1.cli", "demo", "--out", str(out), "--steps", "3",
-                           "--minutes", "2"], capture_output=True, text=True, env=env, timeout=900)
+                           "--minutes", "2", "--train-samples", "32", "--val-samples", "16"],
+                          capture_output=True, text=True, env=env, timeout=900)
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "| **classification (mean)** | accuracy |" in proc.stdout
     results = json.loads((out / "train" / "demo_results.json").read_text())
