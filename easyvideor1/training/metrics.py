@@ -95,9 +95,12 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     return [rows[k] for k in sorted(rows)]
 
 
-def console_line(step: int, metrics: dict[str, Any], keys: tuple[str, ...]) -> str:
-    parts = [f"step {step}"]
+def console_line(metrics: dict[str, Any], keys: tuple[str, ...]) -> str:
+    """`name=value` pairs for the progress bar: "reward/all" shows as reward, "time/step" as step."""
+    parts = []
     for k in keys:
-        if k in metrics and isinstance(metrics[k], (int, float)):
-            parts.append(f"{k.split('/')[-1]}={metrics[k]:.3g}")
+        value = metrics.get(k)
+        if isinstance(value, (int, float)):
+            section, _, name = k.rpartition("/")
+            parts.append(f"{section if name == 'all' else name}={value:.3g}")
     return "  ".join(parts)

@@ -270,13 +270,16 @@ def train(run: Run) -> dict[str, Any]:
             run.sink.log(step, metrics)
         run.history.append(metrics)
         last = metrics
+        minutes_left = cfg.training.max_minutes - (time.monotonic() - began) / 60
         if progress is not None:
             progress.update(1)
-            progress.set_postfix_str(console_line(step, metrics, ("reward/all", "accuracy/all", "time/step"))[
-                len(f"step {step}  "):])
+            line = console_line(metrics, ("reward/all", "accuracy/all", "time/step"))
+            if cfg.training.max_minutes:  # the bar's ETA counts to training.steps; the budget may end first
+                line += f"  budget_left={max(0.0, minutes_left):.1f}min"
+            progress.set_postfix_str(line)
         if cfg.checkpoint.every and step % cfg.checkpoint.every == 0:
             _checkpoint(run, step)
-        if cfg.training.max_minutes and (time.monotonic() - began) / 60 >= cfg.training.max_minutes:
+        if cfg.training.max_minutes and minutes_left <= 0:
             log.info("stopping after %.1f minutes (training.max_minutes)", cfg.training.max_minutes)
             break
     if progress is not None:

@@ -15,6 +15,7 @@ def test_demo_runs_end_to_end(tmp_path):
                           capture_output=True, text=True, env=env, timeout=900)
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "| **classification (mean)** | accuracy |" in proc.stdout
+    assert "budget_left=" in proc.stderr  # the bar shows the time budget beside its step ETA
     results = json.loads((out / "train" / "demo_results.json").read_text())
     for task in ("colour", "motion", "count", "presence", "when", "where", "image_colour", "image_count"):
         assert f"val/accuracy/{task}" in results["after"], task

@@ -10,7 +10,7 @@ from easyvideor1.records import Rollout, Sample
 from easyvideor1.training import checkpoint as ckpt
 from easyvideor1.training.hybrid import HybridCounters, fill_groups, online_count
 from easyvideor1.training.loader import PromptLoader, rank_slice
-from easyvideor1.training.metrics import MetricsSink, read_metrics
+from easyvideor1.training.metrics import MetricsSink, console_line, read_metrics
 from easyvideor1.training.report import write_training_report
 from easyvideor1.training.sequences import make_batch, to_response_space
 
@@ -125,3 +125,9 @@ def test_metrics_sink_and_report(tmp_path):
     made = write_training_report(tmp_path, extra_markdown="| a | b |")
     assert made["reward"].stat().st_size > 1000 and made["accuracy"].exists()
     assert "| a | b |" in made["markdown"].read_text()
+
+
+def test_console_line_names_sections_and_skips_missing_keys():
+    metrics = {"reward/all": 0.5, "accuracy/all": 0.25, "accuracy/boolean": 1.0, "time/step": 0.3141}
+    line = console_line(metrics, ("reward/all", "accuracy/all", "accuracy/boolean", "time/step", "kl/all"))
+    assert line == "reward=0.5  accuracy=0.25  boolean=1  step=0.314"
