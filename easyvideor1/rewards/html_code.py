@@ -21,7 +21,7 @@ from functools import lru_cache
 from easyvideor1.records import Sample
 from easyvideor1.rewards.config import RewardConfig
 from easyvideor1.rewards.format import answer_content, answer_text
-from easyvideor1.rewards.pixels import png_to_rgb, raw_similarity, similarity
+from easyvideor1.rewards.pixels import pixel_verdict, png_to_rgb
 from easyvideor1.rewards.svg_code import last_element
 from easyvideor1.rewards.verdict import Verdict
 
@@ -106,14 +106,6 @@ def score(response: str, sample: Sample, cfg: RewardConfig) -> Verdict:
     html = extract_html(response)
     content = answer_content(response)
     valid = html is not None and content is not None and extract_html(content) == html
-    if html is None or len(html) > MAX_HTML_CHARS:
-        return Verdict(accuracy=0.0, valid=False, parts={"pixel": 0.0, "raw_pixel": 0.0})
-    image = screenshot(html, cfg.html_window, chromium, cfg.html_timeout_s)
-    if image is None:
-        return Verdict(accuracy=0.0, valid=False, parts={"pixel": 0.0, "raw_pixel": 0.0})
-    accuracy = similarity(image, ref_image)
-    return Verdict(
-        accuracy=accuracy,
-        valid=valid,
-        parts={"pixel": accuracy, "raw_pixel": raw_similarity(image, ref_image)},
-    )
+    fits = html is not None and len(html) <= MAX_HTML_CHARS
+    image = screenshot(html, cfg.html_window, chromium, cfg.html_timeout_s) if fits else None
+    return pixel_verdict(image, ref_image, valid)

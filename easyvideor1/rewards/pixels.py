@@ -13,6 +13,8 @@ uint8 arrays of the same shape.
 
 from __future__ import annotations
 
+from easyvideor1.rewards.verdict import Verdict
+
 
 def similarity(pred, ref) -> float:
     """Blank-normalised pixel similarity in [0, 1] (see module docstring).
@@ -55,3 +57,12 @@ def png_to_rgb(png: bytes, size: tuple[int, int] | None = None):
     if size is not None and rgb.size != size:
         rgb = rgb.resize(size, Image.BILINEAR)
     return np.asarray(rgb, dtype=np.uint8)
+
+
+def pixel_verdict(image, ref_image, valid: bool) -> Verdict:
+    """The verdict of a rendering against the reference; no rendering (None) scores 0, invalid."""
+    if image is None:
+        return Verdict(accuracy=0.0, valid=False, parts={"pixel": 0.0, "raw_pixel": 0.0})
+    accuracy = similarity(image, ref_image)
+    return Verdict(accuracy=accuracy, valid=valid,
+                   parts={"pixel": accuracy, "raw_pixel": raw_similarity(image, ref_image)})

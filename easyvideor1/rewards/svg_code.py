@@ -14,7 +14,7 @@ from functools import lru_cache
 from easyvideor1.records import Sample
 from easyvideor1.rewards.config import RewardConfig
 from easyvideor1.rewards.format import answer_content, answer_text
-from easyvideor1.rewards.pixels import png_to_rgb, raw_similarity, similarity
+from easyvideor1.rewards.pixels import pixel_verdict, png_to_rgb
 from easyvideor1.rewards.verdict import Verdict
 
 
@@ -80,11 +80,4 @@ def score(response: str, sample: Sample, cfg: RewardConfig) -> Verdict:
     image = render_svg(svg, cfg.svg_render_px) if svg and len(svg) <= cfg.svg_max_chars else None
     content = answer_content(response)
     valid = image is not None and content is not None and extract_svg(content) == svg
-    if image is None:
-        return Verdict(accuracy=0.0, valid=False, parts={"pixel": 0.0, "raw_pixel": 0.0})
-    accuracy = similarity(image, ref_image)
-    return Verdict(
-        accuracy=accuracy,
-        valid=valid,
-        parts={"pixel": accuracy, "raw_pixel": raw_similarity(image, ref_image)},
-    )
+    return pixel_verdict(image, ref_image, valid)
