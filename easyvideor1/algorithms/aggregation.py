@@ -27,6 +27,8 @@ from dataclasses import dataclass
 
 import torch
 
+from easyvideor1 import distributed
+
 
 def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Mean of `values` where `mask` is true; 0 when the mask is empty (never NaN)."""
@@ -119,15 +121,11 @@ def loss_normalizer(
     count = normalizer_count(masks, mode, max_len)
     if not all_reduce:
         return normalizer_from_counts([count])
-    import torch.distributed as dist
-
-    if not (dist.is_available() and dist.is_initialized()):
+    if not distributed.is_initialized():
         raise RuntimeError("loss_normalizer(all_reduce=True) needs torch.distributed to be initialised; "
                            "call it with all_reduce=False in a single process")
-    total = torch.tensor([count], dtype=torch.float64)
-    dist.all_reduce(total, op=dist.ReduceOp.SUM, group=group)
-    world = dist.get_world_size(group)
-    return max(float(total.item()), 1.0) / world
+    total = distributed.all_reduce_floats([count], "sum", group)[0]
+    return max(total, 1.0) / distributed.world_size(group)
 
 
 def aggregate(loss: torch.Tensor, response_mask: torch.Tensor, mode: str, normalizer: float) -> torch.Tensor:

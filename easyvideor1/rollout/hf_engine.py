@@ -28,8 +28,8 @@ from __future__ import annotations
 from contextlib import contextmanager
 
 import torch
-import torch.distributed as dist
 
+from easyvideor1 import distributed
 from easyvideor1.models.collate import collate
 from easyvideor1.models.families import Family
 from easyvideor1.models.mrope import MRopeSpec
@@ -68,31 +68,6 @@ def _eval_mode(model):
         model.train(was_training)
 
 
-def _distributed() -> bool:
-    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
-
-
-def _collective_device() -> torch.device:
-    return torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
-
-
-def _max_over_ranks(value: int) -> int:
-    if not _distributed():
-        return value
-    t = torch.tensor([value], dtype=torch.long, device=_collective_device())
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return int(t.item())
-
-
-def _all_ranks(flag: bool) -> bool:
-    """True when `flag` holds on every rank (one collective per decoding step under FSDP)."""
-    if not _distributed():
-        return flag
-    t = torch.tensor([int(flag)], dtype=torch.long, device=_collective_device())
-    dist.all_reduce(t, op=dist.ReduceOp.MIN)
-    return bool(t.item())
-
-
 class HFEngine:
     """`RolloutEngine` on a transformers Qwen-VL model (the policy being trained, or a copy)."""
 
@@ -129,7 +104,7 @@ class HFEngine:
         jobs = [(i, j, seeds[i][j]) for i, k in enumerate(counts) for j in range(k)]
         results: list[list[Rollout | None]] = [[None] * k for k in counts]
         chunks = [jobs[k : k + self.max_batch_size] for k in range(0, len(jobs), self.max_batch_size)]
-        for k in range(_max_over_ranks(len(chunks))):
+        for k in range(distributed.max_int(len(chunks))):
             if k >= len(chunks):  # this rank is done; keep the collectives of the others going
                 if not prompts:
                     raise RuntimeError("under FSDP every rank needs at least one prompt per generate call")
@@ -195,7 +170,7 @@ class HFEngine:
                         finish[r] = texts[r].add(tok, tok in stop_ids, params)
                         if finish[r] is None and step + 1 == params.max_tokens:
                             finish[r] = "length"
-                if _all_ranks(all(f is not None for f in finish)):
+                if distributed.all_true(all(f is not None for f in finish)):
                     break
                 fed = torch.tensor(
                     [t[-1] if f is None else self.pad_token_id for t, f in zip(tokens, finish)], device=device

@@ -21,7 +21,6 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.distributed as dist
 from safetensors.torch import load_file, save_file
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
@@ -31,11 +30,9 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 
+from easyvideor1 import distributed
+
 _NAME = re.compile(r"^step-(\d{6,})$")
-
-
-def _rank() -> int:
-    return dist.get_rank() if dist.is_initialized() else 0
 
 
 def rng_state() -> dict[str, Any]:
@@ -68,7 +65,7 @@ def save_checkpoint(root: str | os.PathLike, step: int, model: torch.nn.Module,
     model_sd = get_model_state_dict(model, options=opts)
     optim_sd = get_optimizer_state_dict(model, optimizer, options=opts)
     final = Path(root) / f"step-{step:06d}"
-    if _rank() == 0:
+    if distributed.rank() == 0:
         tmp = Path(root) / f"{final.name}.tmp-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
@@ -81,15 +78,14 @@ def save_checkpoint(root: str | os.PathLike, step: int, model: torch.nn.Module,
         os.replace(tmp, final)
         for old in list_checkpoints(root)[:-keep] if keep > 0 else []:
             shutil.rmtree(old, ignore_errors=True)
-    if dist.is_initialized():
-        dist.barrier()
-    return final if _rank() == 0 else None
+    distributed.barrier()
+    return final if distributed.rank() == 0 else None
 
 
 def clean_partial(root: str | os.PathLike) -> None:
     """Remove folders of checkpoint writes that were killed before their rename."""
     root = Path(root)
-    if root.is_dir() and _rank() == 0:
+    if root.is_dir() and distributed.rank() == 0:
         for p in root.glob("step-*.tmp-*"):
             shutil.rmtree(p, ignore_errors=True)
 

@@ -10,6 +10,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from easyvideor1 import distributed
+
 
 class MetricsSink:
     """Writes one record per step to `<out_dir>/metrics.jsonl` and to the enabled backends."""
@@ -59,14 +61,8 @@ class MetricsSink:
 
 def gather_values(values: dict[str, list[float]]) -> dict[str, list[float]]:
     """Every data-parallel rank's value lists, concatenated per key (identity in one process)."""
-    import torch.distributed as dist
-
-    if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
-        return values
-    parts: list = [None] * dist.get_world_size()
-    dist.all_gather_object(parts, dict(values))
     merged: dict[str, list[float]] = {}
-    for part in parts:
+    for part in distributed.all_gather_objects(dict(values)):
         for k, v in part.items():
             merged.setdefault(k, []).extend(v)
     return merged
@@ -74,12 +70,7 @@ def gather_values(values: dict[str, list[float]]) -> dict[str, list[float]]:
 
 def mean_over_ranks(metrics: dict[str, float]) -> dict[str, float]:
     """Each scalar averaged over the data-parallel ranks (identity in one process)."""
-    import torch.distributed as dist
-
-    if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
-        return metrics
-    parts: list = [None] * dist.get_world_size()
-    dist.all_gather_object(parts, metrics)
+    parts = distributed.all_gather_objects(metrics)
     keys = sorted({k for p in parts for k in p})
     return {k: sum(p[k] for p in parts if k in p) / sum(1 for p in parts if k in p) for k in keys}
 

@@ -12,8 +12,8 @@ import math
 from collections import defaultdict
 
 import torch
-import torch.distributed as dist
 
+from easyvideor1 import distributed
 from easyvideor1.algorithms import POLICY_LOSSES, loss_normalizer
 from easyvideor1.algorithms.config import AlgorithmConfig
 from easyvideor1.training.sequences import ForwardContext, RolloutBatch, forward_logprobs, micro_batches
@@ -43,7 +43,6 @@ def policy_update(model, optimizer: torch.optim.Optimizer, batch: RolloutBatch, 
     if batch.old_log_probs is None and (ppo_epochs > 1 or n_mini > 1):
         raise ValueError("old log-probs are needed for more than one update per rollout batch")
     params = [p for p in model.parameters() if p.requires_grad]
-    distributed = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
     sums: dict[str, float] = defaultdict(float)
     counts: dict[str, int] = defaultdict(int)
     need_entropy = algo.entropy_coef > 0
@@ -51,7 +50,7 @@ def policy_update(model, optimizer: torch.optim.Optimizer, batch: RolloutBatch, 
         for mini in mini_batches(batch, n_mini, generator):
             micros = micro_batches(mini, ctx.micro_batch_size)
             normalizer = loss_normalizer([batch.response_mask[m] for m in micros], algo.loss_agg_mode,
-                                         max_len=max_len, all_reduce=distributed)
+                                         max_len=max_len, all_reduce=distributed.is_distributed())
             optimizer.zero_grad(set_to_none=True)
             for idx in micros:
                 logp, ent = forward_logprobs(model, batch, idx, ctx, with_entropy=need_entropy)

@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import TYPE_CHECKING
 
-import torch.distributed as dist
-
+from easyvideor1 import distributed
 from easyvideor1.training.prompts import prepare_prompts
 
 if TYPE_CHECKING:
@@ -46,8 +45,7 @@ def validate(run: Run, step: int) -> dict[str, float]:
                     sums[f"val/{name}/{key}"].append(0.0)
     n_failed = len(failures)
     if run.world > 1:  # every rank scored its share: gather the raw scores
-        gathered: list = [None] * run.world
-        dist.all_gather_object(gathered, (dict(sums), n_failed))
+        gathered = distributed.all_gather_objects((dict(sums), n_failed))
         sums, n_failed = defaultdict(list), sum(f for _, f in gathered)
         for part, _ in gathered:
             for k, v in part.items():

@@ -1,0 +1,109 @@
+"""Every collective the package issues, in one place, on the process group's device.
+
+An NCCL group only takes CUDA tensors; gloo takes CPU tensors. Code elsewhere never builds a
+tensor for `torch.distributed` itself: it calls these helpers, which put the tensor on
+`collective_device()` and bring the result back. In one process (no group, or a group of one)
+every helper is the identity, so the same code runs unchanged on a laptop.
+
+Decisions that change how many collectives follow (skip a sample, stop filtering, retry)
+are made with `all_true` / `any_true` / `max_int`, so every rank takes the same path.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+_ACCELERATOR_BACKENDS = {"nccl": "cuda", "xccl": "xpu", "hccl": "npu"}
+
+
+def is_initialized() -> bool:
+    return dist.is_available() and dist.is_initialized()
+
+
+def is_distributed(group: Any = None) -> bool:
+    """A process group of more than one rank is active."""
+    return is_initialized() and dist.get_world_size(group) > 1
+
+
+def rank(group: Any = None) -> int:
+    return dist.get_rank(group) if is_initialized() else 0
+
+
+def world_size(group: Any = None) -> int:
+    return dist.get_world_size(group) if is_initialized() else 1
+
+
+def collective_device(group: Any = None) -> torch.device:
+    """The device the group's backend takes tensors on: the current accelerator for NCCL (and
+    its kin), the CPU for gloo."""
+    if not is_initialized():
+        return torch.device("cpu")
+    kind = _ACCELERATOR_BACKENDS.get(str(dist.get_backend(group)))
+    if kind == "cuda":
+        return torch.device("cuda", torch.cuda.current_device())
+    if kind is not None:
+        return torch.device(kind, getattr(torch, kind).current_device())
+    return torch.device("cpu")
+
+
+_OPS = {"sum": "SUM", "max": "MAX", "min": "MIN"}
+
+
+def all_reduce(tensor: torch.Tensor, op: str = "sum", group: Any = None) -> torch.Tensor:
+    """`tensor` reduced over the ranks (`op`: sum, max or min), on `tensor`'s own device.
+
+    The input is not modified; gradients do not flow through.
+    """
+    if not is_distributed(group):
+        return tensor.detach().clone()
+    buf = tensor.detach().to(collective_device(group), copy=True)
+    dist.all_reduce(buf, op=getattr(dist.ReduceOp, _OPS[op]), group=group)
+    return buf.to(tensor.device)
+
+
+def all_reduce_floats(values: list[float], op: str = "sum", group: Any = None) -> list[float]:
+    """Each float reduced over the ranks (float64, one collective for the whole list)."""
+    if not is_distributed(group):
+        return [float(v) for v in values]
+    return all_reduce(torch.tensor(values, dtype=torch.float64), op, group).tolist()
+
+
+def max_int(value: int, group: Any = None) -> int:
+    """The largest `value` over the ranks."""
+    if not is_distributed(group):
+        return int(value)
+    return int(all_reduce(torch.tensor([int(value)], dtype=torch.long), "max", group).item())
+
+
+def all_true(flag: bool, group: Any = None) -> bool:
+    """True when `flag` holds on every rank."""
+    if not is_distributed(group):
+        return bool(flag)
+    return bool(all_reduce(torch.tensor([int(bool(flag))], dtype=torch.long), "min", group).item())
+
+
+def any_true(flag: bool, group: Any = None) -> bool:
+    """True when `flag` holds on at least one rank."""
+    if not is_distributed(group):
+        return bool(flag)
+    return bool(all_reduce(torch.tensor([int(bool(flag))], dtype=torch.long), "max", group).item())
+
+
+def all_gather_objects(obj: Any, group: Any = None) -> list[Any]:
+    """Every rank's `obj` (picklable), in rank order; `[obj]` in one process.
+
+    torch pickles into a tensor on the group's device (it needs `torch.cuda.set_device` under
+    NCCL, which `training.fsdp.init_distributed` does)."""
+    if not is_distributed(group):
+        return [obj]
+    parts: list[Any] = [None] * dist.get_world_size(group)
+    dist.all_gather_object(parts, obj, group=group)
+    return parts
+
+
+def barrier(group: Any = None) -> None:
+    if is_distributed(group):
+        dist.barrier(group=group)
