@@ -45,7 +45,8 @@ class ModelConfig:
     path: str = ""
     """Local HF-format model folder (policy initialisation; also the reference model)."""
     dtype: Literal["float32", "bfloat16", "float16"] = "bfloat16"
-    """Parameter dtype of the policy and reference (float32 on CPU for exact tests)."""
+    """Compute dtype: the policy keeps float32 master weights and AdamW states and computes in this
+    dtype (FSDP2 mixed precision); the reference's parameters and the exported model use it too."""
     attn_implementation: str = "sdpa"
     """Attention kernel: `sdpa`, `eager`, `flash_attention_2`."""
     freeze_vision: bool = False

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from easyvideor1.models.loading import resolve_dtype
 from easyvideor1.training.fsdp import full_state_dict
 
 if TYPE_CHECKING:
@@ -16,9 +17,18 @@ def export_hf(run: Run, out_dir: str | Path) -> Path | None:
     state = full_state_dict(run.model)
     if run.rank != 0:
         return None
+    # Written in the compute dtype (`model.dtype`), as released checkpoints are, not in the
+    # float32 of the master weights.
+    dtype = resolve_dtype(run.cfg.model.dtype)
+    state = {k: v.to(dtype) if v.is_floating_point() else v for k, v in state.items()}
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     model = run.model
-    model.save_pretrained(out, state_dict=state, safe_serialization=True)
+    saved_dtype = model.config.dtype
+    model.config.dtype = dtype
+    try:
+        model.save_pretrained(out, state_dict=state, safe_serialization=True)
+    finally:
+        model.config.dtype = saved_dtype
     run.processor.save_pretrained(out)
     return out

@@ -9,6 +9,9 @@ The same command runs in 1 process or under torchrun on N GPUs / N nodes:
 Units: each decoder layer, each vision block, then the backbone (`model.model`) and the
 `lm_head` as their own units (log-probs call them directly, `models.logprobs`), then the root.
 Tied input/output embeddings are untied first (a tied pair cannot sit in two units).
+
+Mixed precision: parameters stay float32 (the master weights, and so AdamW's states); FSDP2
+gathers them in the compute dtype for each forward and reduces gradients in float32.
 """
 
 from __future__ import annotations
@@ -19,18 +22,28 @@ import torch
 import torch.distributed as dist
 
 
-def init_distributed() -> tuple[int, int, torch.device]:
-    """Join the process group when launched by torchrun; return (rank, world, device)."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world > 1 and not dist.is_initialized():
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
-        dist.init_process_group(backend)
+def init_distributed(need_group: bool = False) -> tuple[int, int, torch.device]:
+    """Join the process group when launched by torchrun (any world size), or, with `need_group`,
+    make a group of one rank in this process (FSDP2 needs one for its mixed-precision policy).
+
+    Returns (rank, world, device): the rank's GPU (LOCAL_RANK) when CUDA is there, else the CPU.
+    """
+    launched = "RANK" in os.environ and "WORLD_SIZE" in os.environ
+    on_gpu = torch.cuda.is_available()
+    if on_gpu:
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+    if not dist.is_initialized() and (launched or need_group):
+        backend = "nccl" if on_gpu else "gloo"
+        if launched:
+            dist.init_process_group(backend)
+        else:  # one process, no launcher: an in-memory store, nothing listens on a port
+            dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
     rank = dist.get_rank() if dist.is_initialized() else 0
-    if torch.cuda.is_available():
-        local = int(os.environ.get("LOCAL_RANK", "0"))
-        torch.cuda.set_device(local)
-        return rank, world, torch.device("cuda", local)
-    return rank, world, torch.device("cpu")
+    world = dist.get_world_size() if dist.is_initialized() else 1
+    return rank, world, device
 
 
 def _untie(model) -> None:
@@ -49,15 +62,20 @@ def _blocks(model) -> list[torch.nn.Module]:
     return layers
 
 
-def shard(model, mixed_precision: bool = False, cpu_offload: bool = False):
-    """Wrap `model` with FSDP2 in place (no-op without an initialised process group)."""
-    if not (dist.is_initialized() and dist.get_world_size() > 1):
+def shard(model, param_dtype: torch.dtype | None = None, cpu_offload: bool = False):
+    """Wrap `model` with FSDP2 in place (no-op without an initialised process group).
+
+    `param_dtype` (e.g. bf16) is the compute dtype: FSDP2 keeps the sharded float32 parameters
+    (and so float32 AdamW states) and all-gathers them cast to `param_dtype` for each forward;
+    gradients are reduced in float32 (`MixedPrecisionPolicy`, as EasyR1 and veRL do).
+    """
+    if not dist.is_initialized():
         return model
     from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
     kwargs = {}
-    if mixed_precision:
-        kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    if param_dtype is not None:
+        kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32)
     if cpu_offload:
         kwargs["offload_policy"] = CPUOffloadPolicy()
     _untie(model)

@@ -77,7 +77,10 @@ def make_engine(cfg: Config, model, processor, family, spec, device):
 
 def build_run(cfg: Config) -> Run:
     """Everything the loop needs, built in dependency order."""
-    rank, world, device = init_distributed()
+    compute_dtype = resolve_dtype(cfg.model.dtype)
+    # A process group also in one process when computing below float32: FSDP2's mixed-precision
+    # policy is what keeps float32 master weights beside bf16 compute.
+    rank, world, device = init_distributed(need_group=compute_dtype != torch.float32)
     seed_everything(cfg.training.seed)
     if cfg.training.rollout_batch_size % world:
         raise ValueError(f"training.rollout_batch_size={cfg.training.rollout_batch_size} must be a multiple of the "
@@ -87,15 +90,21 @@ def build_run(cfg: Config) -> Run:
     frames = FrameSource(cfg.vision, cfg.data.cache_dir, cfg.data.cache_mode)
 
     m = cfg.model
-    model = load_policy(m.path, m.dtype, m.attn_implementation, m.freeze_vision, m.gradient_checkpointing, device)
+    sharded = torch.distributed.is_initialized()
+    load_device = "cpu" if sharded else device  # fully_shard moves each rank's shard to its device
+    # The policy's parameters and AdamW states are float32 (master weights); `model.dtype` is the
+    # compute dtype, applied by FSDP2 (`shard(param_dtype=...)`). At lr 1e-6, bf16 parameters
+    # would round most updates away.
+    model = load_policy(m.path, "float32", m.attn_implementation, m.freeze_vision, m.gradient_checkpointing,
+                        load_device)
     family, spec = family_of(model.config), mrope_spec(model.config)
     if family.name != cfg.vision.family:
         raise ValueError(f"model {m.path} is {family.name} but vision.family={cfg.vision.family}: the frame sizes "
                          f"would not fit its grid; set vision.family={family.name}")
     processor = load_processor(m.path)
-    reference = load_reference(m.path, m.dtype, m.attn_implementation, device) if cfg.algorithm.needs_reference else None
-    on_gpu = device.type == "cuda"
-    shard(model, mixed_precision=on_gpu and m.dtype == "float32")
+    reference = (load_reference(m.path, m.dtype, m.attn_implementation, load_device)
+                 if cfg.algorithm.needs_reference else None)
+    shard(model, param_dtype=None if compute_dtype == torch.float32 else compute_dtype)
     if reference is not None:
         shard(reference)
     params = [p for p in model.parameters() if p.requires_grad]
@@ -104,7 +113,7 @@ def build_run(cfg: Config) -> Run:
                          micro_batch_size=cfg.training.micro_batch_size,
                          # log-probs of the distribution the engine sampled from (greedy: the raw one)
                          temperature=cfg.rollout.temperature if cfg.rollout.temperature > 0 else 1.0, device=device,
-                         pixel_dtype=resolve_dtype(m.dtype))
+                         pixel_dtype=compute_dtype)
     engine = make_engine(cfg, model, processor, family, spec, device)
     Path(cfg.logging.out_dir).mkdir(parents=True, exist_ok=True)
     sink = MetricsSink(cfg.logging.out_dir, cfg.logging.tensorboard, cfg.logging.wandb, cfg.logging.wandb_project,
