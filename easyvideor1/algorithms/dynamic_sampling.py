@@ -13,7 +13,7 @@ Departure from DAPO: the paper keeps 0 < accuracy < 1 exactly; the bounds are co
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -70,11 +70,15 @@ class BatchFiller:
     """Counts kept groups over generation rounds until a batch is full.
 
     `add(result)` returns True once `target_groups` groups were kept; a round that leaves the
-    batch short after `max_tries` rounds raises (max_tries <= 0: no limit).
+    batch short after `max_tries` rounds raises (max_tries <= 0: no limit). With data-parallel
+    ranks, `all_full` turns this rank's "full" into the decision of all ranks (e.g.
+    `distributed.all_true`): every rank then runs the same number of rounds, and a short batch
+    raises on every rank at once.
     """
 
     target_groups: int
     max_tries: int
+    all_full: Callable[[bool], bool] = bool
     groups: int = 0
     tries: int = 0
     dropped_all_correct: int = 0
@@ -86,14 +90,15 @@ class BatchFiller:
         self.groups += len(result.kept_groups)
         self.dropped_all_correct += result.dropped_all_correct
         self.dropped_all_wrong += result.dropped_all_wrong
-        if self.groups >= self.target_groups:
+        if self.all_full(self.groups >= self.target_groups):
             return True
         if 0 < self.max_tries <= self.tries:
             raise RuntimeError(
                 f"dynamic sampling: only {self.groups} of {self.target_groups} groups kept after {self.tries} "
                 f"generation rounds ({self.dropped_all_correct} groups all correct, {self.dropped_all_wrong} all "
                 "wrong); the data is too easy or too hard for the policy: raise algorithm.max_filter_tries, "
-                "widen filter_low/filter_high, or turn online_filtering off")
+                "widen filter_low/filter_high, or turn online_filtering off (counts of this rank; every rank "
+                "stops together)")
         return False
 
     def metrics(self) -> dict[str, float]:

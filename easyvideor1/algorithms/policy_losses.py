@@ -128,8 +128,7 @@ def _finish(pg_token_loss: torch.Tensor, metrics: dict[str, float], *, log_probs
             raise ValueError(f"entropy_coef={cfg.entropy_coef} but entropy=[N, T] was not passed to the policy loss")
         ent = aggregate(entropy, mask, cfg.loss_agg_mode, normalizer)
         loss = loss - cfg.entropy_coef * ent
-        metrics["entropy"] = float(ent.detach())
-    elif entropy is not None:
+    if entropy is not None:
         metrics["entropy"] = float(masked_mean(entropy.detach(), mask))
     return loss, metrics
 
@@ -264,6 +263,13 @@ def luffy(*, log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages: t
     metrics["offline_shaped_mean"] = float(masked_mean(shaped.detach(), off_mask))
     return _finish(token_loss, metrics, log_probs=lp, mask=mask, cfg=cfg, normalizer=normalizer,
                    entropy=entropy, ref_log_probs=ref_log_probs, log_dists=log_dists, kl_coef=kl_coef)
+
+
+METRIC_REDUCTIONS: dict[str, str] = {"pg_loss": "sum", "kl_loss": "sum", "ratio_min": "min", "ratio_max": "max"}
+"""How the update combines a loss metric over the micro-batches of a mini-batch. `sum`: the value
+is already divided by the mini-batch normaliser, so the micro-batches' sum is the mini-batch's
+value; `min` / `max`: extremes. Every other metric is a mean over the micro-batch's response
+tokens, combined weighted by token count."""
 
 
 POLICY_LOSSES = {

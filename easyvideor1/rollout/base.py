@@ -25,7 +25,7 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
-from easyvideor1.models.inputs import ModelInputs
+from easyvideor1.models.inputs import ModelInputs, build_inputs
 from easyvideor1.records import Frames, Rollout, Sample
 
 # Tokens an engine must never generate: a response holding them would break the strict
@@ -52,8 +52,9 @@ class SamplingParams:
     stop_token_ids: tuple[int, ...] = ()
     """Extra token ids that end generation (kept in the token ids), besides the model's EOS ids."""
     seed: int | None = None
-    """Base seed: sample j of the i-th prompt uses seed + (samples of prompts before i) + j, so
-    every sample has its own reproducible stream. None draws from the global RNG."""
+    """Base seed: sample j of the i-th prompt uses seed + (samples of prompts before i) + j, or
+    seed + `Prompt.seed_offset` + j when the prompt sets one, so every sample has its own
+    reproducible stream. None draws from the global RNG."""
 
     def __post_init__(self) -> None:
         if self.temperature < 0:
@@ -91,6 +92,12 @@ class Prompt:
     """Its videos and images as given to the processor (uint8, already sampled and resized)."""
     inputs: ModelInputs
     """Processor outputs and M-RoPE ids of the prompt alone (`inputs.prompt_len == len(input_ids)`)."""
+    seed_offset: int | None = None
+    """First sampling seed of this prompt's responses, relative to `SamplingParams.seed` (None:
+    right after the previous prompt's). The trainer numbers it by the sample's place in the global
+    batch, so seeds depend neither on the number of ranks nor on which samples failed to load."""
+    padding: bool = False
+    """A stand-in that keeps every rank's group count equal (`empty_prompt`): never trained on."""
 
     @property
     def modality(self) -> str:
@@ -147,13 +154,24 @@ def counts_per_prompt(prompts: list[Prompt], n: list[int] | int) -> list[int]:
     return counts
 
 
-def sample_seeds(counts: list[int], seed: int | None) -> list[list[int | None]]:
-    """Seed of each sample: `seed + (samples of earlier prompts) + j` (vLLM's n-fan-out rule)."""
+def sample_seeds(counts: list[int], seed: int | None, offsets: list[int | None] | None = None
+                 ) -> list[list[int | None]]:
+    """Seed of each sample: `seed + (samples of earlier prompts) + j` (vLLM's n-fan-out rule), or
+    `seed + offsets[i] + j` where the prompt's `seed_offset` is given."""
     seeds, offset = [], 0
-    for k in counts:
+    for i, k in enumerate(counts):
+        if offsets is not None and offsets[i] is not None:
+            offset = offsets[i]
         seeds.append([None if seed is None else seed + offset + j for j in range(k)])
         offset += k
     return seeds
+
+
+def empty_prompt(processor, family, spec, sample_id: str = "<padding>") -> Prompt:
+    """A text prompt with an empty user turn, cheap to run: what a rank with nothing left to do
+    decodes or trains on (fully masked) to keep the collectives of the others going."""
+    sample = Sample(problem="", answer="", problem_type="padding", problem_id=sample_id)
+    return Prompt(sample=sample, frames=[], inputs=build_inputs(sample, [], "", processor, family, spec), padding=True)
 
 
 def banned_token_ids(tokenizer) -> list[int]:

@@ -17,7 +17,8 @@ Why our own decoding loop rather than `model.generate`:
 
 Under FSDP (torch.distributed initialised, world > 1) every forward is a collective, so the
 ranks decode in lockstep: each runs as many batches as the busiest rank (an idle rank decodes
-a throw-away copy of its first prompt) and a batch stops only when every rank's rows are done.
+a throw-away copy of its first prompt, or of an empty text prompt when it has none) and a batch
+stops only when every rank's rows are done.
 
 Departure: the vision tower runs once per sample, not once per prompt (n copies of a prompt
 are n rows of the batch).
@@ -39,6 +40,7 @@ from easyvideor1.rollout.base import (
     SamplingParams,
     banned_token_ids,
     counts_per_prompt,
+    empty_prompt,
     sample_seeds,
 )
 from easyvideor1.rollout.sampling import next_tokens
@@ -84,6 +86,7 @@ class HFEngine:
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
         self.model = model
+        self.processor = processor
         self.tokenizer = getattr(processor, "tokenizer", processor)
         self.family = family
         self.spec = spec
@@ -92,6 +95,7 @@ class HFEngine:
         pad = self.tokenizer.pad_token_id
         self.pad_token_id = int(pad) if pad is not None else min(self.eos_ids)
         self.banned = banned_token_ids(self.tokenizer)
+        self._empty: Prompt | None = None  # built when a rank first has nothing to decode
 
     # -- protocol -------------------------------------------------------------------------
 
@@ -100,15 +104,14 @@ class HFEngine:
     ) -> list[list[Rollout]]:
         """`n` responses per prompt (see `RolloutEngine.generate`)."""
         counts = counts_per_prompt(prompts, n)
-        seeds = sample_seeds(counts, params.seed)
+        seeds = sample_seeds(counts, params.seed, [p.seed_offset for p in prompts])
         jobs = [(i, j, seeds[i][j]) for i, k in enumerate(counts) for j in range(k)]
         results: list[list[Rollout | None]] = [[None] * k for k in counts]
         chunks = [jobs[k : k + self.max_batch_size] for k in range(0, len(jobs), self.max_batch_size)]
         for k in range(distributed.max_int(len(chunks))):
             if k >= len(chunks):  # this rank is done; keep the collectives of the others going
-                if not prompts:
-                    raise RuntimeError("under FSDP every rank needs at least one prompt per generate call")
-                self._generate_batch([prompts[0]], [params.seed], params)
+                idle = prompts[0] if prompts else self._empty_prompt()
+                self._generate_batch([idle], [params.seed], params)
                 continue
             chunk = chunks[k]
             outs = self._generate_batch([prompts[i] for i, _, _ in chunk], [s for *_, s in chunk], params)
@@ -136,6 +139,11 @@ class HFEngine:
         self.model = None
 
     # -- decoding -------------------------------------------------------------------------
+
+    def _empty_prompt(self) -> Prompt:
+        if self._empty is None:
+            self._empty = empty_prompt(self.processor, self.family, self.spec, "<idle rank>")
+        return self._empty
 
     def _generate_batch(
         self, prompts: list[Prompt], seeds: list[int | None], params: SamplingParams

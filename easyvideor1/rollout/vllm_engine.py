@@ -141,7 +141,7 @@ class VLLMEngine:
     ) -> list[list[Rollout]]:
         """`n` responses per prompt (see `RolloutEngine.generate`)."""
         counts = counts_per_prompt(prompts, n)
-        seeds = sample_seeds(counts, params.seed)
+        seeds = sample_seeds(counts, params.seed, [p.seed_offset for p in prompts])
         # vLLM refuses n > 1 with greedy decoding: then each sample is its own request.
         fan_out = 1 if params.greedy else None
         owners, requests, sampling = [], [], []

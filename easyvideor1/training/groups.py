@@ -12,7 +12,8 @@ from typing import Callable
 
 import torch
 
-from easyvideor1.algorithms import BatchFiller, filter_groups
+from easyvideor1 import distributed
+from easyvideor1.algorithms import BatchFiller, GroupFilter, filter_groups
 from easyvideor1.algorithms.config import AlgorithmConfig
 from easyvideor1.config import HybridConfig
 from easyvideor1.records import RewardResult, Rollout, Sample
@@ -44,7 +45,8 @@ def generate_scored_groups(prompts: list[Prompt], engine: RolloutEngine, params:
                            hybrid: HybridConfig, score_fn: ScoreFn, tokenizer, end_token: str) -> ScoredGroups:
     """Generate each prompt's group, place offline trajectories, and score every response."""
     counts = [online_count(p.sample, n, hybrid) for p in prompts]
-    online = engine.generate(prompts, counts, params)
+    # Under FSDP an HF engine decodes in lockstep: a rank with no prompt still joins the call.
+    online = engine.generate(prompts, counts, params) if prompts or distributed.is_distributed() else []
     online_results = _score(online, prompts, score_fn)
     counters = HybridCounters()
     accuracy = [[r.accuracy for r in res] for res in online_results]
@@ -62,15 +64,16 @@ def fill_filtered_batch(make_prompts: Callable[[], list[Prompt]], engine: Rollou
                         n: int, hybrid: HybridConfig, algo: AlgorithmConfig, score_fn: ScoreFn, tokenizer,
                         end_token: str, target_groups: int) -> ScoredGroups:
     """DAPO dynamic sampling: generate rounds of prompts until `target_groups` groups carry signal."""
-    filler = BatchFiller(target_groups, algo.max_filter_tries)
+    filler = BatchFiller(target_groups, algo.max_filter_tries, all_full=distributed.all_true)
     kept = ScoredGroups([], [], [])
     while True:
         round_ = generate_scored_groups(make_prompts(), engine, params, n, hybrid, score_fn, tokenizer, end_token)
         values = [getattr(r, algo.filter_key, None) if algo.filter_key in ("overall", "accuracy", "format")
                   else r.parts.get(algo.filter_key, 0.0) for res in round_.results for r in res]
         ids = [g for g, res in enumerate(round_.results) for _ in res]
-        result = filter_groups(torch.tensor(values, dtype=torch.float64), ids,
-                               low=algo.filter_low, high=algo.filter_high)
+        result = (filter_groups(torch.tensor(values, dtype=torch.float64), ids, low=algo.filter_low,
+                                high=algo.filter_high)
+                  if values else GroupFilter(torch.zeros(0, dtype=torch.bool), [], 0, 0, 0))  # nothing loaded
         for g in result.kept_groups[:target_groups - len(kept.groups)]:
             kept.prompts.append(round_.prompts[g])
             kept.groups.append(round_.groups[g])
@@ -83,12 +86,28 @@ def fill_filtered_batch(make_prompts: Callable[[], list[Prompt]], engine: Rollou
             return kept
 
 
+def pad_groups(scored: ScoredGroups, count: int, padding: Prompt, n: int) -> ScoredGroups:
+    """Fill `scored` up to `count` groups with fully masked ones (`padding`'s prompt, n empty
+    responses, reward 0), so every rank has the same number of groups and micro-batches after
+    samples failed to load. Empty responses have no token in the loss, the normaliser or any
+    masked statistic."""
+    missing = count - len(scored.groups)
+    for _ in range(missing):
+        scored.prompts.append(padding)
+        scored.groups.append([Rollout(prompt_index=len(scored.prompts) - 1, token_ids=[], text="",
+                                      finish_reason="padding") for _ in range(n)])
+        scored.results.append([RewardResult(overall=0.0, accuracy=0.0, format=0.0) for _ in range(n)])
+    return scored
+
+
 def reward_metrics(scored: ScoredGroups, gather=None) -> dict[str, float]:
     """Mean reward, accuracy and format per problem_type (online responses), response length,
     hybrid counters. `gather` merges the raw value lists of every data-parallel rank (None:
     this process only), so the logged means are those of the global batch."""
     values: dict[str, list[float]] = defaultdict(list)
     for prompt, grp, res in zip(scored.prompts, scored.groups, scored.results):
+        if prompt.padding:
+            continue
         ptype = prompt.sample.problem_type.lower().replace(" ", "_")
         for r, x in zip(grp, res):
             if r.offline:

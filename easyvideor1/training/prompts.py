@@ -3,7 +3,7 @@
 The `Prompt`s built here are handed unchanged to the rollout engine and to every log-prob
 pass of the step (upstream decoded up to three times per step). A sample whose media cannot
 be read, or whose prompt does not fit, is reported by id with the reason and left out; the
-rest of the batch goes on.
+rest of the batch goes on (the trainer pads the rank's groups back to their count).
 """
 
 from __future__ import annotations
@@ -30,11 +30,15 @@ class PromptFailure:
 
 
 def prepare_prompts(samples: list[Sample], frames: FrameSource, processor, family: Family, spec: MRopeSpec,
-                    template_dir: str | None = None, max_prompt_tokens: int | None = None
-                    ) -> tuple[list[Prompt], list[PromptFailure]]:
-    """Frames and model inputs of every sample that can be prepared, and why the others cannot."""
+                    template_dir: str | None = None, max_prompt_tokens: int | None = None,
+                    seed_slots: tuple[int, int] | None = None) -> tuple[list[Prompt], list[PromptFailure]]:
+    """Frames and model inputs of every sample that can be prepared, and why the others cannot.
+
+    `seed_slots=(first, stride)`: sample i's prompt gets `seed_offset = first + i * stride`, so its
+    sampling seeds follow from its place in the global batch, whatever failed before it.
+    """
     prompts, failures = [], []
-    for sample in samples:
+    for i, sample in enumerate(samples):
         try:
             media = frames.frames_for_sample(sample)
             text = render_prompt(sample, template_dir)
@@ -43,5 +47,6 @@ def prepare_prompts(samples: list[Sample], frames: FrameSource, processor, famil
             failures.append(PromptFailure(sample.problem_id, str(e)))
             log.warning("sample %s skipped this step: %s", sample.problem_id, e)
             continue
-        prompts.append(Prompt(sample=sample, frames=media, inputs=inputs))
+        offset = None if seed_slots is None else seed_slots[0] + i * seed_slots[1]
+        prompts.append(Prompt(sample=sample, frames=media, inputs=inputs, seed_offset=offset))
     return prompts, failures

@@ -18,6 +18,7 @@ from easyvideor1.models.loading import load_policy, load_processor, load_referen
 from easyvideor1.models.mrope import mrope_spec
 from easyvideor1.records import Sample
 from easyvideor1.rewards.batch import ScoringPool, score_batch
+from easyvideor1.rollout.base import empty_prompt
 from easyvideor1.training.fsdp import init_distributed, shard
 from easyvideor1.training.loader import PromptLoader
 from easyvideor1.training.metrics import MetricsSink
@@ -122,7 +123,7 @@ def build_run(cfg: Config) -> Run:
                score_fn=make_score_fn(cfg), optimizer=optimizer, scheduler=make_scheduler(optimizer, cfg),
                loader=PromptLoader(train_samples, cfg.training.rollout_batch_size, cfg.training.seed,
                                    cfg.data.shuffle),
-               val_samples=val_samples, sink=sink, rank=rank, world=world,
+               padding=empty_prompt(processor, family, spec), val_samples=val_samples, sink=sink, rank=rank, world=world,
                end_token=_end_token(processor))
 
 

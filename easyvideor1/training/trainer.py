@@ -19,12 +19,20 @@ from typing import Any
 
 import torch
 
-from easyvideor1.algorithms import ADVANTAGES, kl_estimate, kl_reward_penalty, make_kl_controller
+from easyvideor1 import distributed
+from easyvideor1.algorithms import ADVANTAGES, kl_reward_penalty, make_kl_controller
 from easyvideor1.config import Config
 from easyvideor1.records import Sample
-from easyvideor1.rollout.base import RolloutEngine, SamplingParams
+from easyvideor1.rollout.base import Prompt, RolloutEngine, SamplingParams
 from easyvideor1.training import checkpoint as ckpt
-from easyvideor1.training.groups import ScoredGroups, ScoreFn, fill_filtered_batch, generate_scored_groups, reward_metrics
+from easyvideor1.training.groups import (
+    ScoredGroups,
+    ScoreFn,
+    fill_filtered_batch,
+    generate_scored_groups,
+    pad_groups,
+    reward_metrics,
+)
 from easyvideor1.training.loader import PromptLoader, rank_slice
 from easyvideor1.training.metrics import MetricsSink, console_line, gather_values, mean_over_ranks
 from easyvideor1.training.prompts import prepare_prompts
@@ -51,6 +59,7 @@ class Run:
     optimizer: torch.optim.Optimizer
     scheduler: Any
     loader: PromptLoader
+    padding: Prompt | None = None  # fully masked stand-in for samples that failed (`rollout.base.empty_prompt`)
     val_samples: list[Sample] = field(default_factory=list)
     sink: MetricsSink | None = None
     rank: int = 0
@@ -89,45 +98,40 @@ def sampling_params(cfg: Config, step: int, tokenizer, temperature: float | None
                           stop_token_ids=stop_token_ids(cfg, tokenizer), include_stop_str_in_output=True)
 
 
-def rank_seed_offset(run: Run, n: int) -> int:
-    """Responses the ranks before this one generate from the current global batch (vLLM's
-    per-request seed rule: the seed of a sample is base + its position in the global batch)."""
-    from easyvideor1.training.hybrid import online_count
-
-    batch = run.loader.peek_batch()
-    per = len(batch) // run.world
-    return sum(online_count(s, n, run.cfg.hybrid) for s in batch[: run.rank * per])
-
-
 def rollout_stage(run: Run, step: int, timer: StageTimer) -> ScoredGroups:
-    """Prompts of this step -> scored groups (with dynamic sampling when enabled)."""
+    """Prompts of this step -> scored groups (with dynamic sampling when enabled).
+
+    Every rank ends with the same number of groups (`training.rollout_batch_size` / ranks): a
+    sample that fails to load is reported and its slot padded with a fully masked group, and
+    dynamic sampling generates rounds until every rank is full. So every rank runs the same
+    micro-batches, and FSDP's collectives stay in step.
+    """
     cfg = run.cfg
     tokenizer = run.processor.tokenizer
+    per_rank, n = cfg.training.rollout_batch_size // run.world, cfg.rollout.n
+    run_failures: list = []
 
     def next_prompts():
-        batch = run.loader.next_batch()
-        samples = rank_slice(batch, run.rank, run.world)
-        with timer("prepare"):
+        samples = rank_slice(run.loader.next_batch(), run.rank, run.world)
+        with timer("prepare"):  # seeds numbered by the global slot: the same in 1 or N processes
             prompts, failures = prepare_prompts(samples, run.frames, run.processor, run.ctx.family, run.ctx.spec,
-                                                cfg.data.template_dir, cfg.data.max_prompt_tokens)
+                                                cfg.data.template_dir, cfg.data.max_prompt_tokens,
+                                                seed_slots=(run.rank * per_rank * n, n))
         run_failures.extend(failures)
         return prompts
 
-    run_failures: list = []
     params = sampling_params(cfg, step, tokenizer)
-    if run.world > 1:  # per-sample seeds as in one process: offset by the earlier ranks' samples
-        params.seed += rank_seed_offset(run, cfg.rollout.n)
     prepared_before = timer.times.get("time/prepare", 0.0)
     with timer("rollout"):  # prepare runs inside it (per round when filtering): subtracted below
         if cfg.algorithm.online_filtering:
-            target = cfg.training.rollout_batch_size // run.world
-            scored = fill_filtered_batch(next_prompts, run.engine, params, cfg.rollout.n, cfg.hybrid, cfg.algorithm,
-                                         run.score_fn, tokenizer, run.end_token, target)
+            scored = fill_filtered_batch(next_prompts, run.engine, params, n, cfg.hybrid, cfg.algorithm,
+                                         run.score_fn, tokenizer, run.end_token, per_rank)
         else:
-            scored = generate_scored_groups(next_prompts(), run.engine, params, cfg.rollout.n, cfg.hybrid,
+            scored = generate_scored_groups(next_prompts(), run.engine, params, n, cfg.hybrid,
                                             run.score_fn, tokenizer, run.end_token)
     timer.times["time/rollout"] -= timer.times.get("time/prepare", 0.0) - prepared_before
-    scored.filter_metrics["data/prompt_failures"] = float(len(run_failures))
+    pad_groups(scored, per_rank, run.padding, n)
+    scored.filter_metrics["data/prompt_failures"] = distributed.all_reduce_floats([len(run_failures)])[0]
     return scored
 
 
@@ -178,6 +182,15 @@ def parity_metrics(batch: RolloutBatch) -> dict[str, float]:
     return out
 
 
+def policy_ref_kl(batch: RolloutBatch) -> float:
+    """KL(policy || reference) of the step, the k1 estimate: mean of old - ref log-prob over every
+    response token of every rank (what `kl/policy_ref` logs and the adaptive controller reads)."""
+    mask = batch.response_mask
+    total, tokens = distributed.all_reduce_floats(
+        [float(torch.where(mask, batch.old_log_probs - batch.ref_log_probs, 0.0).sum()), float(mask.sum())])
+    return total / tokens if tokens else 0.0
+
+
 def train_step(run: Run, step: int, kl_ctrl) -> dict[str, float]:
     cfg, timer = run.cfg, StageTimer()
     scored = rollout_stage(run, step, timer)
@@ -211,12 +224,8 @@ def train_step(run: Run, step: int, kl_ctrl) -> dict[str, float]:
         run.scheduler.step()
     with timer("sync"):
         run.engine.update_weights(run.model)
-    if batch.ref_log_probs is not None:
-        if batch.old_log_probs is not None:
-            kl = kl_estimate(batch.old_log_probs, batch.ref_log_probs, "k1")
-            local["kl/policy_ref"] = float(kl[batch.response_mask].mean()) if batch.response_mask.any() else 0.0
-        else:
-            local["kl/policy_ref"] = local.get("actor/kl_loss", 0.0)
+    if batch.ref_log_probs is not None and batch.old_log_probs is not None:
+        local["kl/policy_ref"] = policy_ref_kl(batch)  # else the update measured it on the same tokens
     local.update(timer.times)
     step_time = sum(timer.times.values())
     tokens = int(batch.response_mask.sum()) + sum(len(p.inputs.input_ids) for p in batch.prompts)

@@ -4,6 +4,11 @@ The loss of each micro-batch is divided by the mini-batch's global normaliser
 (`algorithms.loss_normalizer`), so the gradient is the same whatever the micro-batch split
 and the number of data-parallel ranks. A step whose gradient norm is not finite is skipped
 (counted in the metrics), never applied.
+
+The logged metrics are as split-invariant as the gradient (`UpdateMetrics`): loss terms are
+summed over micro-batches (each is already divided by the mini-batch normaliser), token means
+are weighted by token count, extremes take the extreme, all over every rank; then averaged over
+the optimizer steps of the update.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import torch
 
 from easyvideor1 import distributed
 from easyvideor1.algorithms import POLICY_LOSSES, loss_normalizer
+from easyvideor1.algorithms.policy_losses import METRIC_REDUCTIONS
 from easyvideor1.algorithms.config import AlgorithmConfig
 from easyvideor1.training.sequences import ForwardContext, RolloutBatch, forward_logprobs, micro_batches
 
@@ -32,6 +38,63 @@ def mini_batches(batch: RolloutBatch, n_mini: int, generator: torch.Generator | 
     return out
 
 
+class UpdateMetrics:
+    """Metrics of one `policy_update`, combined as `METRIC_REDUCTIONS` says (see module docstring)."""
+
+    def __init__(self):
+        self.sums: dict[str, float] = defaultdict(float)  # sum-kind: summed over micro-batches and steps
+        self.weights: dict[str, float] = defaultdict(float)  # mean-kind: token weights
+        self.extremes: dict[str, float] = {}
+        self.steps = 0
+        self.policy_ref_kl = [0.0, 0.0]  # k1 sum, tokens (strictly on-policy: old = current log-probs)
+
+    def add_micro(self, metrics: dict[str, float], tokens: int) -> None:
+        for k, v in metrics.items():
+            how = METRIC_REDUCTIONS.get(k, "mean")
+            if how == "sum":
+                self.sums[k] += float(v)
+            elif how == "mean":
+                self.sums[k] += float(v) * tokens
+                self.weights[k] += tokens
+            elif tokens:  # an empty micro-batch (padding group) has no extreme
+                pick = min if how == "min" else max
+                self.extremes[k] = pick(self.extremes.get(k, float(v)), float(v))
+
+    def add_step(self, grad_norm: float) -> None:
+        self.steps += 1
+        finite = math.isfinite(grad_norm)
+        self.sums["update/grad_norm"] += grad_norm if finite else 0.0
+        self.sums["update/skipped_nonfinite"] += 0.0 if finite else 1.0
+
+    def result(self) -> dict[str, float]:
+        """The metrics over every rank (the same on each; one round of collectives)."""
+        keys = sorted(set().union(*distributed.all_gather_objects(sorted(self.sums) + sorted(self.extremes))))
+        kind = {k: METRIC_REDUCTIONS.get(k, "mean") if not k.startswith("update/") else "step" for k in keys}
+        world = distributed.world_size()
+        sums = distributed.all_reduce_floats([self.sums.get(k, 0.0) for k in keys] +
+                                             [self.weights.get(k, 0.0) for k in keys] + self.policy_ref_kl)
+        lows = distributed.all_reduce_floats([self.extremes.get(k, math.inf) for k in keys], "min")
+        highs = distributed.all_reduce_floats([self.extremes.get(k, -math.inf) for k in keys], "max")
+        steps = max(self.steps, 1)
+        out: dict[str, float] = {}
+        for i, k in enumerate(keys):
+            total, weight = sums[i], sums[len(keys) + i]
+            name = k if "/" in k else f"actor/{k}"
+            if kind[k] == "sum":  # each rank's sum is the loss over normaliser/world: average the ranks
+                out[name] = total / world / steps
+            elif kind[k] == "mean":
+                if weight > 0:
+                    out[name] = total / weight
+            elif kind[k] == "step":
+                out[name] = total / world / (1 if k == "update/skipped_nonfinite" else steps)
+            elif math.isfinite(lows[i] if kind[k] == "min" else highs[i]):
+                out[name] = lows[i] if kind[k] == "min" else highs[i]
+        kl_sum, kl_tokens = sums[-2], sums[-1]
+        if kl_tokens > 0:
+            out["kl/policy_ref"] = kl_sum / kl_tokens
+        return out
+
+
 def policy_update(model, optimizer: torch.optim.Optimizer, batch: RolloutBatch, algo: AlgorithmConfig,
                   ctx: ForwardContext, *, ppo_epochs: int, n_mini: int, grad_clip: float, max_len: int,
                   kl_coef: float, generator: torch.Generator | None = None) -> dict[str, float]:
@@ -43,8 +106,7 @@ def policy_update(model, optimizer: torch.optim.Optimizer, batch: RolloutBatch, 
     if batch.old_log_probs is None and (ppo_epochs > 1 or n_mini > 1):
         raise ValueError("old log-probs are needed for more than one update per rollout batch")
     params = [p for p in model.parameters() if p.requires_grad]
-    sums: dict[str, float] = defaultdict(float)
-    counts: dict[str, int] = defaultdict(int)
+    stats = UpdateMetrics()
     need_entropy = algo.entropy_coef > 0
     for _ in range(ppo_epochs):
         for mini in mini_batches(batch, n_mini, generator):
@@ -55,33 +117,32 @@ def policy_update(model, optimizer: torch.optim.Optimizer, batch: RolloutBatch, 
             for idx in micros:
                 logp, ent = forward_logprobs(model, batch, idx, ctx, with_entropy=need_entropy)
                 dev = logp.device
+                mask = batch.response_mask[idx].to(dev)
+                ref = batch.ref_log_probs[idx].to(dev) if batch.ref_log_probs is not None else None
                 loss, metrics = POLICY_LOSSES[algo.policy_loss](
                     log_probs=logp,
                     old_log_probs=(logp.detach() if batch.old_log_probs is None  # strictly on-policy
                                    else batch.old_log_probs[idx].to(dev)),
                     advantages=batch.advantages[idx].to(dev),
-                    response_mask=batch.response_mask[idx].to(dev),
+                    response_mask=mask,
                     cfg=algo,
                     normalizer=normalizer,
                     entropy=ent,
-                    ref_log_probs=batch.ref_log_probs[idx].to(dev) if batch.ref_log_probs is not None else None,
+                    ref_log_probs=ref,
                     kl_coef=kl_coef,
                     offline_mask=batch.offline[idx].to(dev)[:, None].expand_as(logp),
                     behaviour_log_probs=None,
                 )
                 loss.backward()
-                for k, v in metrics.items():
-                    sums[k] += float(v)
-                    counts[k] += 1
+                stats.add_micro(metrics, int(mask.sum()))
+                if batch.old_log_probs is None and ref is not None:  # the policy-ref KL of this batch (k1)
+                    stats.policy_ref_kl[0] += float(torch.where(mask, logp.detach() - ref, 0.0).sum())
+                    stats.policy_ref_kl[1] += float(mask.sum())
             grad_norm = torch.nn.utils.clip_grad_norm_(params, grad_clip)
             grad_norm = float(grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm)
             if math.isfinite(grad_norm):
                 optimizer.step()
             else:
                 optimizer.zero_grad(set_to_none=True)
-                sums["update/skipped_nonfinite"] += 1
-            sums["update/grad_norm"] += grad_norm if math.isfinite(grad_norm) else 0.0
-            counts["update/grad_norm"] += 1
-    out = {f"actor/{k}" if "/" not in k else k: v / max(counts.get(k, 1), 1) for k, v in sums.items()}
-    out["update/skipped_nonfinite"] = sums.get("update/skipped_nonfinite", 0.0)
-    return out
+            stats.add_step(grad_norm)
+    return stats.result()
