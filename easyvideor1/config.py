@@ -9,6 +9,7 @@ nothing copies values between sections. `easyvideor1 train --help-config` lists 
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -16,6 +17,8 @@ from easyvideor1 import config_tree
 from easyvideor1.algorithms.config import PRESETS, AlgorithmConfig
 from easyvideor1.rewards.config import RewardConfig
 from easyvideor1.vision.config import VisionConfig
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -140,13 +143,13 @@ class LoggingConfig:
 @dataclass
 class CheckpointConfig:
     every: int = 0
-    """Save a checkpoint every k steps (0: only at the end)."""
+    """Save a checkpoint every k steps and after the last step (0: no checkpoints at all)."""
     keep: int = 2
     """Keep the newest K checkpoints."""
     resume: str = "auto"
     """`auto` (newest complete checkpoint in out_dir), `never`, or a checkpoint folder."""
     export_hf: bool = True
-    """Write an HF-format model folder (from_pretrained / vLLM loadable) at the end."""
+    """Write `<out_dir>/hf_model` (from_pretrained / vLLM loadable) at the end, checkpoints or not."""
 
 
 @dataclass
@@ -192,10 +195,12 @@ class Config:
 
 
 def load_config(path: str | None = None, overrides: list[str] | None = None) -> Config:
-    """Load and validate the tree from a YAML file plus `section.key=value` overrides.
+    """Load and validate the tree from a YAML file (optional) plus `section.key=value` overrides.
 
     `algorithm.preset: dapo` (a key of `algorithms.config.PRESETS`) fills the algorithm
-    section with that recipe; fields written beside it win.
+    section with that recipe. One rule of precedence: a field written explicitly wins over
+    the preset, wherever either comes from (the YAML file or the command line). Each field
+    that changes a preset's value is named in one warning at load.
     """
     data = config_tree.read_yaml(path) if path else {}
     data = config_tree.apply_overrides(data, overrides or [])
@@ -205,5 +210,18 @@ def load_config(path: str | None = None, overrides: list[str] | None = None) -> 
         name = algo.pop("preset")
         if name not in PRESETS:
             raise config_tree.ConfigError(f"algorithm.preset={name!r} is unknown; valid: {', '.join(PRESETS)}")
+        from_cli = config_tree.apply_overrides({}, overrides or []).get("algorithm") or {}
+        clashes = [f"{k}={v} (from the {'command line' if k in from_cli else 'config file'}) overrides the "
+                   f"preset's {PRESETS[name][k]}"
+                   for k, v in algo.items() if k in PRESETS[name] and _differs(v, PRESETS[name][k])]
+        if clashes:
+            log.warning("algorithm.preset=%s: %s", name, "; ".join(clashes))
         data["algorithm"] = {**PRESETS[name], **algo}
     return config_tree.from_dict(Config, data)
+
+
+def _differs(value, preset_value) -> bool:
+    """A YAML list against a preset's tuple, an int against a float: compared as values."""
+    if isinstance(value, (list, tuple)) and isinstance(preset_value, (list, tuple)):
+        return list(value) != list(preset_value)
+    return value != preset_value

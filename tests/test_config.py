@@ -74,3 +74,18 @@ def test_shipped_configs_load():
     assert paper.algorithm.disable_kl and paper.rollout.n == 8 and paper.training.lr == 1e-6
     assert (paper.vision.fps, paper.vision.max_frames, paper.vision.video_max_pixels) == (2.0, 128, 262144)
     assert paper.vision.image_max_pixels == 1048576 and paper.rollout.max_tokens == 4096
+
+
+def test_explicit_fields_win_over_a_preset_and_are_named(tmp_path, caplog):
+    path = tmp_path / "c.yaml"
+    path.write_text("algorithm:\n  adv_estimator: grpo\n  loss_agg_mode: token_mean\n")
+    with caplog.at_level("WARNING", logger="easyvideor1.config"):
+        cfg = load_config(str(path), ["algorithm.preset=remax", "algorithm.kl_coef=0.02"])
+    assert cfg.algorithm.adv_estimator == "grpo" and cfg.algorithm.kl_coef == 0.02
+    assert cfg.algorithm.kl_estimator == "k1"  # the preset's, not overridden
+    [line] = [r.getMessage() for r in caplog.records]
+    assert line == ("algorithm.preset=remax: adv_estimator=grpo (from the config file) overrides the preset's "
+                    "remax; kl_coef=0.02 (from the command line) overrides the preset's 0.01")
+    caplog.clear()
+    load_config(None, ["algorithm.preset=dapo", "algorithm.clip_ratio_high=0.28"])  # equal to the preset's
+    assert not caplog.records

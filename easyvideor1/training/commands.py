@@ -4,6 +4,27 @@ from __future__ import annotations
 
 import argparse
 import logging
+from pathlib import Path
+
+
+def _split_config(args: argparse.Namespace) -> tuple[str | None, list[str]]:
+    """(YAML file or None, overrides): a first argument with `=` that is no file is an override."""
+    if args.config and "=" in args.config and not Path(args.config).is_file():
+        return None, [args.config, *args.overrides]
+    if args.config and not Path(args.config).is_file():
+        raise SystemExit(f"easyvideor1 train: no config file {args.config} (give a YAML file from configs/, "
+                         "or only section.key=value overrides)")
+    return args.config, list(args.overrides)
+
+
+def _missing(cfg) -> list[str]:
+    """What the defaults cannot supply: a model and training data."""
+    missing = []
+    if not cfg.model.path:
+        missing.append("model.path=DIR (a local HF-format model folder)")
+    if not cfg.data.train_files:
+        missing.append("data.train_files=FILE[,FILE...] (JSON, JSONL or Parquet samples)")
+    return missing
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -13,15 +34,21 @@ def _train(args: argparse.Namespace) -> int:
     if args.help_config:
         print("\n".join(config_tree.describe(Config)))
         return 0
-    if not args.config:
-        raise SystemExit("easyvideor1 train: give a CONFIG file (see configs/), or --help-config")
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    path, overrides = _split_config(args)
+    try:
+        cfg = load_config(path, overrides)
+    except config_tree.ConfigError as e:
+        raise SystemExit(f"easyvideor1 train: {e}") from None
+    missing = _missing(cfg)
+    if missing:
+        raise SystemExit("easyvideor1 train: set " + " and ".join(missing) +
+                         (f" in {path} or" if path else "") + " on the command line (--help-config lists every field)")
     from easyvideor1.training.export import export_hf
     from easyvideor1.training.report import write_training_report
     from easyvideor1.training.setup import build_run
     from easyvideor1.training.trainer import train
 
-    cfg = load_config(args.config, args.overrides)
     run = build_run(cfg)
     train(run)
     if run.rank == 0:
@@ -44,9 +71,11 @@ def _demo(args: argparse.Namespace) -> int:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("train", help="RL post-training from a config",
-                              description="Train with a YAML config plus section.key=value overrides. "
-                                          "Under torchrun the same command runs on N processes / nodes.")
-    p.add_argument("config", nargs="?", help="YAML config (see configs/)")
+                              description="Train with a YAML config plus section.key=value overrides, or with "
+                                          "overrides alone on top of the defaults (model.path and "
+                                          "data.train_files are then required). Under torchrun the same "
+                                          "command runs on N processes / nodes.")
+    p.add_argument("config", nargs="?", help="YAML config (see configs/); optional")
     p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. training.steps=10 rollout.n=4")
     p.add_argument("--help-config", action="store_true", help="list every config field with its default and doc")
     p.set_defaults(func=_train)

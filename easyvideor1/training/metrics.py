@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,11 @@ from easyvideor1 import distributed
 
 
 class MetricsSink:
-    """Writes one record per step to `<out_dir>/metrics.jsonl` and to the enabled backends."""
+    """Writes one record per step to `<out_dir>/metrics.jsonl` and to the enabled backends.
+
+    A JSONL row is `step`, `timestamp` (Unix seconds when written), then the metrics: among
+    them `time/step` (the sum of the stage timers) and `time/wall` (wall clock since the
+    previous row, see `trainer.train`)."""
 
     def __init__(self, out_dir: str | Path, tensorboard: bool = False, wandb: bool = False,
                  wandb_project: str = "easyvideor1", config: dict[str, Any] | None = None,
@@ -43,8 +48,10 @@ class MetricsSink:
             return
         clean = {k: (float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v)
                  for k, v in metrics.items()}
+        # Unix time of the row: to line runs up with other tools' logs (TensorBoard and W&B keep their own)
+        row = {"step": step, "timestamp": round(time.time(), 3), **clean}
         with open(self.path, "a", encoding="utf-8") as f:
-            f.write(json.dumps({"step": step, **clean}, allow_nan=True) + "\n")
+            f.write(json.dumps(row, allow_nan=True) + "\n")
         numeric = {k: v for k, v in clean.items() if isinstance(v, float) and math.isfinite(v)}
         if self._tb is not None:
             for k, v in numeric.items():

@@ -268,13 +268,17 @@ def train(run: Run) -> dict[str, Any]:
         from tqdm import tqdm
 
         progress = tqdm(total=cfg.training.steps, initial=start, desc="train", unit="step", dynamic_ncols=True)
-    began = time.monotonic()
+    began = previous_row = time.monotonic()
     last: dict[str, Any] = {}
     for step in range(start + 1, cfg.training.steps + 1):
         run.step = step
         metrics = train_step(run, step, kl_ctrl)
         if cfg.training.val_every and step % cfg.training.val_every == 0 and run.val_samples:
             metrics.update(validate(run, step))
+        # Wall clock since the previous row (the first: since the loop began), so what the stage
+        # timers of `time/step` leave out (validation, logging, checkpoints) is counted too.
+        now = time.monotonic()
+        metrics["time/wall"], previous_row = now - previous_row, now
         if run.sink is not None and run.rank == 0:
             run.sink.log(step, metrics)
         run.history.append(metrics)
@@ -293,6 +297,7 @@ def train(run: Run) -> dict[str, Any]:
             break
     if progress is not None:
         progress.close()
-    if run.step and (not cfg.checkpoint.every or run.step % cfg.checkpoint.every):
+    every = cfg.checkpoint.every  # 0: no checkpoints; else every k steps and after the last one
+    if every and run.step and run.step % every:
         _checkpoint(run, run.step)
     return last
