@@ -95,5 +95,9 @@ def sequence_logprobs(
     )
     full = torch.zeros(mask.shape, dtype=torch.float32, device=hidden.device)
     logprobs = full.index_put((b_idx, t_idx), logp)
+    if not targets.numel() and torch.is_grad_enabled():
+        # No response token (a rank's padding groups): keep the backbone and the head in the graph with
+        # zero gradients, so this rank's backward runs FSDP's gradient collectives like the others'.
+        logprobs = logprobs + 0.0 * model.lm_head(hidden[:, -1]).float().sum()
     entropy = full.index_put((b_idx, t_idx), ent) if ent is not None else None
     return TokenLogProbs(logprobs=logprobs, entropy=entropy, mask=mask)
