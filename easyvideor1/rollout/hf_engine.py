@@ -60,6 +60,21 @@ def _eos_ids(model, tokenizer) -> set[int]:
 
 
 @contextmanager
+def _gathered(model):
+    """Under FSDP2, keep every unit's parameters gathered for the whole decode (one all-gather per
+    unit per call, not one per generated token), then shard them again."""
+    units = [m for m in model.modules() if hasattr(m, "set_reshard_after_forward") and hasattr(m, "reshard")]
+    for unit in units:
+        unit.set_reshard_after_forward(False, recurse=False)
+    try:
+        yield
+    finally:
+        for unit in units:  # back to FSDP2's defaults: every unit reshards after forward but the root
+            unit.reshard()
+            unit.set_reshard_after_forward(unit is not model, recurse=False)
+
+
+@contextmanager
 def _eval_mode(model):
     """Eval mode for decoding (training mode + gradient checkpointing disables the KV cache)."""
     was_training = model.training
@@ -165,7 +180,7 @@ class HFEngine:
 
         attention = batch.attention_mask
         positions = batch.position_ids[:, :, -1:]  # [4, B, 1]: every prompt ends in text
-        with torch.no_grad(), _eval_mode(model):
+        with torch.no_grad(), _eval_mode(model), _gathered(model):
             out = model(**batch.model_kwargs(), use_cache=True, logits_to_keep=1)
             for step in range(params.max_tokens):
                 new, new_lp = next_tokens(out.logits[:, -1], params, banned, generators)
