@@ -10,7 +10,9 @@ following Schulman's "Approximating KL divergence" (2020), for samples y ~ pi:
   ratio is clamped to [-20, 20] before exp and the result to [-10, 10], so one wild token
   cannot blow up the loss;
 - `full`: the exact KL(pi || pi_ref) summed over the vocabulary; it needs full
-  log-distributions `[N, T, V]` for both policies.
+  log-distributions `[N, T, V]` for both policies. The trainer never builds those for a
+  batch: `models.logprobs` applies `full` to one chunk of response tokens at a time, inside
+  the policy's log-prob pass, and hands on the per-token KL `[N, T]` (`full_kl=` below).
 
 The KL is used either as a reward penalty (`kl_reward_penalty`, handed to the advantage
 estimators as `kl_penalty=`) or as a loss term (added inside the policy losses when
@@ -84,13 +86,23 @@ def kl_estimate(log_probs: torch.Tensor, ref_log_probs: torch.Tensor, kind: str)
 
 @torch.no_grad()
 def kl_reward_penalty(
-    log_probs: torch.Tensor, ref_log_probs: torch.Tensor, response_mask: torch.Tensor, *, kind: str, coef: float
+    log_probs: torch.Tensor | None, ref_log_probs: torch.Tensor | None, response_mask: torch.Tensor, *, kind: str,
+    coef: float, full_kl: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """coef * KL per token, zero on padding: `[N, T]`, to pass to an estimator as `kl_penalty=`.
 
     Estimators subtract it from the reward (REINFORCE++ per token, the others summed per response).
+    For `kind="full"` give `full_kl` [N, T], the exact per-token KL of the sampling policy to the
+    reference (`training.sequences.all_full_kl` computes it chunk by chunk); the log-probs are
+    then not used.
     """
-    kl = kl_estimate(log_probs.float(), ref_log_probs.float(), kind)  # [N, T]
+    if kind == "full":
+        if full_kl is None:
+            raise ValueError("kl_reward_penalty(kind='full') needs full_kl=[N, T]: the exact per-token KL over "
+                             "the vocabulary (training.sequences.all_full_kl)")
+        kl = full_kl.float()
+    else:
+        kl = kl_estimate(log_probs.float(), ref_log_probs.float(), kind)  # [N, T]
     return torch.where(response_mask.bool(), coef * kl, torch.zeros_like(kl))
 
 
