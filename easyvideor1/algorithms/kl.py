@@ -17,7 +17,9 @@ following Schulman's "Approximating KL divergence" (2020), for samples y ~ pi:
 The KL is used either as a reward penalty (`kl_reward_penalty`, handed to the advantage
 estimators as `kl_penalty=`) or as a loss term (added inside the policy losses when
 `use_kl_loss`); `disable_kl` skips the reference model entirely. The coefficient is fixed or
-adaptive (Ziegler et al. 2019: move it towards a target KL over a horizon of samples).
+adaptive (Ziegler et al. 2019: move it towards a target KL over a horizon of samples); a
+controller's `state_dict` goes into every checkpoint, so a resumed run continues with the
+coefficient the interrupted one had reached.
 """
 
 from __future__ import annotations
@@ -115,6 +117,12 @@ class FixedKLController:
     def update(self, current_kl: float, n_steps: int) -> None:
         """Nothing to adapt."""
 
+    def state_dict(self) -> dict[str, float]:
+        return {"coef": self.coef}
+
+    def load_state_dict(self, state: dict[str, float]) -> None:
+        self.coef = float(state["coef"])
+
 
 @dataclass
 class AdaptiveKLController:
@@ -129,11 +137,19 @@ class AdaptiveKLController:
         error = min(max(current_kl / self.target - 1.0, -0.2), 0.2)
         self.coef *= 1.0 + error * n_steps / self.horizon
 
+    def state_dict(self) -> dict[str, float]:
+        return {"coef": self.coef}
+
+    def load_state_dict(self, state: dict[str, float]) -> None:
+        """The coefficient reached so far (target and horizon come from the config)."""
+        self.coef = float(state["coef"])
+
 
 KL_CONTROLLERS = {"fixed": FixedKLController, "adaptive": AdaptiveKLController}
+KLController = FixedKLController | AdaptiveKLController
 
 
-def make_kl_controller(cfg: AlgorithmConfig) -> FixedKLController | AdaptiveKLController:
+def make_kl_controller(cfg: AlgorithmConfig) -> KLController:
     """The controller named by `cfg.kl_controller`, starting at `cfg.kl_coef`."""
     if cfg.kl_controller == "adaptive":
         return AdaptiveKLController(cfg.kl_coef, cfg.kl_target, cfg.kl_horizon)

@@ -21,6 +21,7 @@ import torch
 
 from easyvideor1 import distributed
 from easyvideor1.algorithms import ADVANTAGES, kl_estimate, kl_reward_penalty, make_kl_controller
+from easyvideor1.algorithms.kl import AdaptiveKLController, KLController
 from easyvideor1.config import Config
 from easyvideor1.records import Sample
 from easyvideor1.rollout.base import RolloutEngine, SamplingParams
@@ -256,14 +257,17 @@ def train_step(run: Run, step: int, kl_ctrl) -> dict[str, float]:
     return metrics
 
 
-def _checkpoint(run: Run, step: int) -> None:
-    state = {"loader": run.loader.state_dict(), "step": step}
+def _checkpoint(run: Run, step: int, kl_ctrl: KLController) -> None:
+    """Everything that lives across steps: loader position, KL coefficient, step (model,
+    optimizer, schedule and every rank's RNG are saved by `checkpoint.save_checkpoint`)."""
+    state = {"loader": run.loader.state_dict(), "kl_controller": kl_ctrl.state_dict(), "step": step}
     ckpt.save_checkpoint(f"{run.cfg.logging.out_dir}/checkpoints", step, run.model, run.optimizer,
                          run.scheduler, state, keep=run.cfg.checkpoint.keep)
 
 
-def maybe_resume(run: Run) -> int:
-    """Restore the newest complete checkpoint (per `checkpoint.resume`); return its step."""
+def maybe_resume(run: Run, kl_ctrl: KLController) -> int:
+    """Restore the newest complete checkpoint (per `checkpoint.resume`) into `run` and
+    `kl_ctrl`; return its step."""
     root = f"{run.cfg.logging.out_dir}/checkpoints"
     ckpt.clean_partial(root)
     path = ckpt.resolve_resume(root, run.cfg.checkpoint.resume)
@@ -271,6 +275,11 @@ def maybe_resume(run: Run) -> int:
         return 0
     state = ckpt.load_checkpoint(path, run.model, run.optimizer, run.scheduler)
     run.loader.load_state_dict(state["loader"])
+    if "kl_controller" in state:
+        kl_ctrl.load_state_dict(state["kl_controller"])
+    elif isinstance(kl_ctrl, AdaptiveKLController):
+        log.warning("checkpoint %s holds no KL controller state (written by an older version): the adaptive "
+                    "KL coefficient restarts at algorithm.kl_coef=%g", path, kl_ctrl.coef)
     run.engine.update_weights(run.model)
     log.info("resumed from %s (step %d)", path, state["step"])
     return int(state["step"])
@@ -279,8 +288,8 @@ def maybe_resume(run: Run) -> int:
 def train(run: Run) -> dict[str, Any]:
     """Run the loop to `training.steps` (or `training.max_minutes`); return the final metrics."""
     cfg = run.cfg
-    start = maybe_resume(run)
     kl_ctrl = make_kl_controller(cfg.algorithm)
+    start = maybe_resume(run, kl_ctrl)
     progress = None
     if cfg.logging.progress and run.rank == 0:
         from tqdm import tqdm
@@ -305,12 +314,12 @@ def train(run: Run) -> dict[str, Any]:
                 line += f"  budget_left={max(0.0, minutes_left):.1f}min"
             progress.set_postfix_str(line)
         if cfg.checkpoint.every and step % cfg.checkpoint.every == 0:
-            _checkpoint(run, step)
+            _checkpoint(run, step, kl_ctrl)
         if cfg.training.max_minutes and minutes_left <= 0:
             log.info("stopping after %.1f minutes (training.max_minutes)", cfg.training.max_minutes)
             break
     if progress is not None:
         progress.close()
     if run.step and (not cfg.checkpoint.every or run.step % cfg.checkpoint.every):
-        _checkpoint(run, run.step)
+        _checkpoint(run, run.step, kl_ctrl)
     return last
