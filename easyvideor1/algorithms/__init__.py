@@ -16,7 +16,8 @@ never branches on the algorithm's name):
    reference model at all)::
 
        kl_penalty = kl_reward_penalty(old_log_probs, ref_log_probs, response_mask,
-                                      kind=cfg.kl_estimator, coef=kl_ctrl.coef)   # [N, T]
+                                      kind=cfg.kl_estimator, coef=kl_ctrl.coef,
+                                      full_kl=None)   # [N, T]; full_kl [N, T] for 'full'
 
 3. Advantages, once per rollout batch; unused inputs may be None::
 
@@ -27,6 +28,7 @@ never branches on the algorithm's name):
            kl_penalty=kl_penalty,               # [N, T] or None
            greedy_rewards=greedy,               # [N] or None (ReMax: cfg.needs_greedy_rollout)
            reward_parts=parts,                  # {key: [N]} or None (GDPO)
+           all_reduce_floats=all_reduce_floats, # batch whitening over the data-parallel ranks
            **cfg.estimator_kwargs())            # -> [N, T] float32, 0 on padding
 
 4. Loss normaliser, once per mini-batch, over ALL its micro-batches (and ranks)::
@@ -42,7 +44,7 @@ never branches on the algorithm's name):
            cfg=cfg, normalizer=normalizer,
            entropy=ent,                          # [n, T] or None (needed if cfg.entropy_coef)
            ref_log_probs=ref_lp,                 # [n, T] or None (needed if cfg.use_kl_loss)
-           log_dists=None,                       # [n, T, V] only for kl_estimator 'full'
+           full_kl=None,                         # [n, T] exact KL, only for kl_estimator 'full'
            kl_coef=kl_ctrl.coef,                 # None: cfg.kl_coef
            offline_mask=off, behaviour_log_probs=None)   # LUFFY's offline tokens, else None
        loss.backward()

@@ -4,11 +4,20 @@ Every estimator is called the same way (see the package docstring):
 
     ADVANTAGES[name](rewards=[N], group_ids=[N], response_mask=[N, T],
                      kl_penalty=None | [N, T], greedy_rewards=None | [N],
-                     reward_parts=None | {key: [N]}, **cfg.estimator_kwargs())
+                     reward_parts=None | {key: [N]}, all_reduce_floats=None | fn,
+                     **cfg.estimator_kwargs())
 
 and returns float32 advantages `[N, T]`, zero on padding. Each uses the inputs it needs and
 ignores the other known ones; an unknown keyword is an error (typos never pass silently).
 All of them run without gradients.
+
+Batch statistics are global. With N data-parallel ranks each rank holds a slice of the
+batch (whole groups: a group never spans ranks, so group statistics stay local). The batch
+whitening of `reinforce_plus_plus`, `reinforce_plus_plus_baseline` and `gdpo` reduces its
+counts, sums, extremes and sums of squared deviations with `all_reduce_floats(values, op)`
+(`distributed.all_reduce_floats`), so every rank whitens with the statistics of the whole
+batch and the result does not depend on the number of ranks. Without it (None) this
+process holds the whole batch; the estimators stay pure functions.
 
 `kl_penalty` is `coef * KL` per token (`kl.kl_reward_penalty`), given when the KL is applied
 as a reward penalty: both REINFORCE++ variants subtract it per token before the return; every
@@ -33,7 +42,8 @@ Departures from the papers / upstream:
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
+import math
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -42,11 +52,17 @@ from easyvideor1.algorithms.grouping import group_index, group_stats
 
 # Keywords the trainer may pass to any estimator; each estimator ignores those it does not use.
 KNOWN_INPUTS = frozenset({
-    "rewards", "group_ids", "response_mask", "kl_penalty", "greedy_rewards", "reward_parts",
+    "rewards", "group_ids", "response_mask", "kl_penalty", "greedy_rewards", "reward_parts", "all_reduce_floats",
     "eps", "gamma", "reward_keys", "reward_weights",
 })
 
 GroupIds = torch.Tensor | Sequence[Hashable]
+AllReduce = Callable[[list[float], str], list[float]]  # (values, "sum" | "max") -> reduced over ranks
+
+
+def _this_process(values: list[float], op: str) -> list[float]:
+    """The reduction over one rank: the values themselves."""
+    return [float(v) for v in values]
 
 
 def _check_inputs(name: str, rewards: torch.Tensor, response_mask: torch.Tensor, other: dict[str, Any]) -> None:
@@ -91,16 +107,29 @@ def _group_normalised(r: torch.Tensor, group_ids: GroupIds, eps: float, scale: b
     return torch.where(st.constant, 0.0, adv)
 
 
-def _whiten(values: torch.Tensor, mask: torch.Tensor, eps: float, shift: bool = True) -> torch.Tensor:
-    """(x - mean) / (std + eps) over the valid entries of `values` ([N] or [N, T], float64).
+def _whiten(values: torch.Tensor, mask: torch.Tensor, eps: float, shift: bool = True,
+            all_reduce_floats: AllReduce | None = None) -> torch.Tensor:
+    """(x - mean) / (std + eps) over the valid entries of `values` ([N] or [N, T], float64) of
+    the global batch: every rank's entries when `all_reduce_floats` sums / maxes over the ranks.
 
-    Unbiased std; fewer than 2 valid entries or all-equal values give zeros.
+    Unbiased std; fewer than 2 valid entries or all-equal values (globally) give zeros. Every
+    rank issues the same three reductions (the early returns depend on global values only).
     """
+    reduce = all_reduce_floats or _this_process
     valid = values[mask]
-    if valid.numel() < 2 or bool(valid.max() == valid.min()):
+    count, total = reduce([float(valid.numel()), float(valid.sum())], "sum")
+    if count < 2:
         return torch.zeros_like(values)
-    centred = values - valid.mean() if shift else values
-    return torch.where(mask, centred / (valid.std() + eps), 0.0)
+    has = valid.numel() > 0
+    high, neg_low = reduce([float(valid.max()) if has else -math.inf, float(-valid.min()) if has else -math.inf],
+                           "max")
+    if high == -neg_low:
+        return torch.zeros_like(values)
+    mean = total / count
+    squares = reduce([float((valid - mean).square().sum())], "sum")[0]  # two passes: no cancellation
+    std = math.sqrt(squares / (count - 1))
+    centred = values - mean if shift else values
+    return torch.where(mask, centred / (std + eps), 0.0)
 
 
 def _discounted_returns(token_rewards: torch.Tensor, mask: torch.Tensor, gamma: float) -> torch.Tensor:
@@ -190,26 +219,26 @@ def rloo(*, rewards: torch.Tensor, group_ids: GroupIds, response_mask: torch.Ten
 @torch.no_grad()
 def reinforce_plus_plus(*, rewards: torch.Tensor, group_ids: GroupIds, response_mask: torch.Tensor,
                         kl_penalty: torch.Tensor | None = None, gamma: float = 1.0, eps: float = 1e-6,
-                        **other: Any) -> torch.Tensor:
+                        all_reduce_floats: AllReduce | None = None, **other: Any) -> torch.Tensor:
     """REINFORCE++: discounted return of (outcome on the last token - per-token KL penalty),
-    whitened over all valid tokens of the batch. `group_ids` is not used."""
+    whitened over all valid tokens of the (global) batch. `group_ids` is not used."""
     _check_inputs("reinforce_plus_plus", rewards, response_mask, other)
     mask = response_mask.bool()
     returns = _discounted_returns(_token_rewards(rewards.to(torch.float64), kl_penalty, mask), mask, gamma)
-    return _whiten(returns, mask, eps).to(torch.float32)
+    return _whiten(returns, mask, eps, all_reduce_floats=all_reduce_floats).to(torch.float32)
 
 
 @torch.no_grad()
 def reinforce_plus_plus_baseline(*, rewards: torch.Tensor, group_ids: GroupIds, response_mask: torch.Tensor,
                                  kl_penalty: torch.Tensor | None = None, gamma: float = 1.0, eps: float = 1e-6,
-                                 **other: Any) -> torch.Tensor:
+                                 all_reduce_floats: AllReduce | None = None, **other: Any) -> torch.Tensor:
     """REINFORCE++-baseline: subtract the group mean reward, then the REINFORCE++ return, then
-    divide by the batch std (no re-centring, see module docstring)."""
+    divide by the (global) batch std (no re-centring, see module docstring)."""
     _check_inputs("reinforce_plus_plus_baseline", rewards, response_mask, other)
     mask = response_mask.bool()
     centred = _group_normalised(rewards.to(torch.float64), group_ids, eps, scale=False)  # [N]
     returns = _discounted_returns(_token_rewards(centred, kl_penalty, mask), mask, gamma)
-    return _whiten(returns, mask, eps, shift=False).to(torch.float32)
+    return _whiten(returns, mask, eps, shift=False, all_reduce_floats=all_reduce_floats).to(torch.float32)
 
 
 @torch.no_grad()
@@ -234,9 +263,9 @@ def remax(*, rewards: torch.Tensor, group_ids: GroupIds, response_mask: torch.Te
 def gdpo(*, rewards: torch.Tensor, group_ids: GroupIds, response_mask: torch.Tensor,
          reward_parts: Mapping[str, torch.Tensor] | None = None, reward_keys: Sequence[str] = ("accuracy", "format"),
          reward_weights: Sequence[float] | None = None, kl_penalty: torch.Tensor | None = None,
-         eps: float = 1e-6, **other: Any) -> torch.Tensor:
+         eps: float = 1e-6, all_reduce_floats: AllReduce | None = None, **other: Any) -> torch.Tensor:
     """GDPO: per reward key, (r_k - group mean) / (group std + eps); weighted sum over keys;
-    minus the summed KL penalty when given; then whitened over the batch's responses.
+    minus the summed KL penalty when given; then whitened over the (global) batch's responses.
 
     `rewards` (the overall reward) is checked but not used: the keys come from `reward_parts`.
     """
@@ -259,7 +288,7 @@ def gdpo(*, rewards: torch.Tensor, group_ids: GroupIds, response_mask: torch.Ten
     if kl_penalty is not None:
         total = _outcome(total, kl_penalty, mask)  # total - sum_t kl_penalty
     has_tokens = mask.any(-1)
-    return _to_tokens(_whiten(total, has_tokens, eps), mask)
+    return _to_tokens(_whiten(total, has_tokens, eps, all_reduce_floats=all_reduce_floats), mask)
 
 
 ADVANTAGES = {

@@ -10,12 +10,16 @@ following Schulman's "Approximating KL divergence" (2020), for samples y ~ pi:
   ratio is clamped to [-20, 20] before exp and the result to [-10, 10], so one wild token
   cannot blow up the loss;
 - `full`: the exact KL(pi || pi_ref) summed over the vocabulary; it needs full
-  log-distributions `[N, T, V]` for both policies.
+  log-distributions `[N, T, V]` for both policies. The trainer never builds those for a
+  batch: `models.logprobs` applies `full` to one chunk of response tokens at a time, inside
+  the policy's log-prob pass, and hands on the per-token KL `[N, T]` (`full_kl=` below).
 
 The KL is used either as a reward penalty (`kl_reward_penalty`, handed to the advantage
 estimators as `kl_penalty=`) or as a loss term (added inside the policy losses when
 `use_kl_loss`); `disable_kl` skips the reference model entirely. The coefficient is fixed or
-adaptive (Ziegler et al. 2019: move it towards a target KL over a horizon of samples).
+adaptive (Ziegler et al. 2019: move it towards a target KL over a horizon of samples); a
+controller's `state_dict` goes into every checkpoint, so a resumed run continues with the
+coefficient the interrupted one had reached.
 """
 
 from __future__ import annotations
@@ -84,13 +88,23 @@ def kl_estimate(log_probs: torch.Tensor, ref_log_probs: torch.Tensor, kind: str)
 
 @torch.no_grad()
 def kl_reward_penalty(
-    log_probs: torch.Tensor, ref_log_probs: torch.Tensor, response_mask: torch.Tensor, *, kind: str, coef: float
+    log_probs: torch.Tensor | None, ref_log_probs: torch.Tensor | None, response_mask: torch.Tensor, *, kind: str,
+    coef: float, full_kl: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """coef * KL per token, zero on padding: `[N, T]`, to pass to an estimator as `kl_penalty=`.
 
     Estimators subtract it from the reward (REINFORCE++ per token, the others summed per response).
+    For `kind="full"` give `full_kl` [N, T], the exact per-token KL of the sampling policy to the
+    reference (`training.sequences.all_full_kl` computes it chunk by chunk); the log-probs are
+    then not used.
     """
-    kl = kl_estimate(log_probs.float(), ref_log_probs.float(), kind)  # [N, T]
+    if kind == "full":
+        if full_kl is None:
+            raise ValueError("kl_reward_penalty(kind='full') needs full_kl=[N, T]: the exact per-token KL over "
+                             "the vocabulary (training.sequences.all_full_kl)")
+        kl = full_kl.float()
+    else:
+        kl = kl_estimate(log_probs.float(), ref_log_probs.float(), kind)  # [N, T]
     return torch.where(response_mask.bool(), coef * kl, torch.zeros_like(kl))
 
 
@@ -102,6 +116,12 @@ class FixedKLController:
 
     def update(self, current_kl: float, n_steps: int) -> None:
         """Nothing to adapt."""
+
+    def state_dict(self) -> dict[str, float]:
+        return {"coef": self.coef}
+
+    def load_state_dict(self, state: dict[str, float]) -> None:
+        self.coef = float(state["coef"])
 
 
 @dataclass
@@ -117,11 +137,19 @@ class AdaptiveKLController:
         error = min(max(current_kl / self.target - 1.0, -0.2), 0.2)
         self.coef *= 1.0 + error * n_steps / self.horizon
 
+    def state_dict(self) -> dict[str, float]:
+        return {"coef": self.coef}
+
+    def load_state_dict(self, state: dict[str, float]) -> None:
+        """The coefficient reached so far (target and horizon come from the config)."""
+        self.coef = float(state["coef"])
+
 
 KL_CONTROLLERS = {"fixed": FixedKLController, "adaptive": AdaptiveKLController}
+KLController = FixedKLController | AdaptiveKLController
 
 
-def make_kl_controller(cfg: AlgorithmConfig) -> FixedKLController | AdaptiveKLController:
+def make_kl_controller(cfg: AlgorithmConfig) -> KLController:
     """The controller named by `cfg.kl_controller`, starting at `cfg.kl_coef`."""
     if cfg.kl_controller == "adaptive":
         return AdaptiveKLController(cfg.kl_coef, cfg.kl_target, cfg.kl_horizon)

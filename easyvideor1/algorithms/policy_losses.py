@@ -5,8 +5,8 @@ Every loss is called the same way (see the package docstring):
     loss, metrics = POLICY_LOSSES[cfg.policy_loss](
         log_probs=[N, T], old_log_probs=[N, T], advantages=[N, T] or [N], response_mask=[N, T],
         cfg=cfg, normalizer=loss_normalizer(...),            # global, see aggregation.py
-        entropy=None | [N, T], ref_log_probs=None | [N, T] (or [N, T, V] for kl 'full'),
-        log_dists=None | [N, T, V], kl_coef=None | float,
+        entropy=None | [N, T], ref_log_probs=None | [N, T],
+        full_kl=None | [N, T], kl_coef=None | float,
         offline_mask=None | [N] or [N, T], behaviour_log_probs=None | [N, T])
 
 The returned loss is the policy-gradient term, plus `kl_coef * KL` when `cfg.use_kl_loss`
@@ -14,6 +14,11 @@ The returned loss is the policy-gradient term, plus `kl_coef * KL` when `cfg.use
 each aggregated with `cfg.loss_agg_mode` and the same global normaliser. Metrics are Python
 floats over this micro-batch's valid tokens (ratio stats, clip fractions, approx KL to the old
 policy) and the three loss terms as they enter the loss.
+
+The KL term uses `ref_log_probs` with the token estimators (k1, abs, mse, low_var_kl). With
+`kl_estimator: full` it is `full_kl`: the exact KL(pi || pi_ref) over the vocabulary at each
+response token, with gradient, which `models.logprobs` computes chunk by chunk inside the
+policy's log-prob pass (no [N, T, V] tensor is ever built).
 
 Padding positions are zeroed before any arithmetic (they may hold -inf or NaN), and log-ratios
 are clamped to +-`cfg.log_ratio_clamp` before exp, so huge ratios give neither inf nor NaN
@@ -44,7 +49,7 @@ if TYPE_CHECKING:
 # Keywords the trainer may pass to any loss; each loss ignores those it does not use.
 KNOWN_INPUTS = frozenset({
     "log_probs", "old_log_probs", "advantages", "response_mask", "cfg", "normalizer", "entropy",
-    "ref_log_probs", "log_dists", "kl_coef", "offline_mask", "behaviour_log_probs",
+    "ref_log_probs", "full_kl", "kl_coef", "offline_mask", "behaviour_log_probs",
 })
 
 
@@ -104,20 +109,24 @@ def _ppo_token_loss(log_ratio: torch.Tensor, adv: torch.Tensor, cfg: AlgorithmCo
 
 def _finish(pg_token_loss: torch.Tensor, metrics: dict[str, float], *, log_probs: torch.Tensor,
             mask: torch.Tensor, cfg: AlgorithmConfig, normalizer: float, entropy: torch.Tensor | None,
-            ref_log_probs: torch.Tensor | None, log_dists: torch.Tensor | None, kl_coef: float | None
+            ref_log_probs: torch.Tensor | None, full_kl: torch.Tensor | None, kl_coef: float | None
             ) -> tuple[torch.Tensor, dict[str, float]]:
     """Aggregate the policy-gradient term, add the KL loss and entropy bonus, fill metrics."""
     pg = aggregate(pg_token_loss, mask, cfg.loss_agg_mode, normalizer)
     loss = pg
     metrics["pg_loss"] = float(pg.detach())
     if cfg.use_kl_loss and not cfg.disable_kl:
-        if ref_log_probs is None:
-            raise ValueError("use_kl_loss is set but ref_log_probs was not passed to the policy loss; "
-                             "compute the reference log-probs, or set algorithm.disable_kl")
-        policy = log_dists if cfg.kl_estimator == "full" else log_probs
-        if policy is None:
-            raise ValueError("kl_estimator 'full' needs log_dists=[N, T, V] (log_softmax of the policy logits)")
-        kl = kl_estimate(policy, ref_log_probs.detach().to(policy.dtype), cfg.kl_estimator)  # [N, T]
+        if cfg.kl_estimator == "full":
+            if full_kl is None or full_kl.shape != mask.shape:
+                raise ValueError("kl_estimator 'full' needs full_kl=[N, T] (the exact per-token KL to the reference "
+                                 "with gradient, from models.logprobs with a reference), got "
+                                 f"{None if full_kl is None else tuple(full_kl.shape)}")
+            kl = full_kl.to(log_probs.dtype)  # [N, T]
+        else:
+            if ref_log_probs is None:
+                raise ValueError("use_kl_loss is set but ref_log_probs was not passed to the policy loss; "
+                                 "compute the reference log-probs, or set algorithm.disable_kl")
+            kl = kl_estimate(log_probs, ref_log_probs.detach().to(log_probs.dtype), cfg.kl_estimator)  # [N, T]
         coef = cfg.kl_coef if kl_coef is None else kl_coef
         kl_term = aggregate(kl, mask, cfg.loss_agg_mode, normalizer)
         loss = loss + coef * kl_term
@@ -136,7 +145,7 @@ def _finish(pg_token_loss: torch.Tensor, metrics: dict[str, float], *, log_probs
 def ppo_clip(*, log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages: torch.Tensor,
              response_mask: torch.Tensor, cfg: AlgorithmConfig, normalizer: float,
              entropy: torch.Tensor | None = None, ref_log_probs: torch.Tensor | None = None,
-             log_dists: torch.Tensor | None = None, kl_coef: float | None = None,
+             full_kl: torch.Tensor | None = None, kl_coef: float | None = None,
              **other: Any) -> tuple[torch.Tensor, dict[str, float]]:
     """PPO clipped surrogate with clip_ratio_low/high (clip-higher) and dual clip clip_ratio_c."""
     lp, old, adv, mask = _prepare("ppo_clip", log_probs, old_log_probs, advantages, response_mask, other)
@@ -146,7 +155,7 @@ def ppo_clip(*, log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages
     metrics.update({k: float(masked_mean(v.float(), mask)) for k, v in active.items()})
     metrics["clip_frac"] = metrics["clip_frac_high"] + metrics["clip_frac_low"]
     return _finish(token_loss, metrics, log_probs=lp, mask=mask, cfg=cfg, normalizer=normalizer,
-                   entropy=entropy, ref_log_probs=ref_log_probs, log_dists=log_dists, kl_coef=kl_coef)
+                   entropy=entropy, ref_log_probs=ref_log_probs, full_kl=full_kl, kl_coef=kl_coef)
 
 
 def _row_means(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -186,32 +195,32 @@ def _gspo_common(name: str, token_variant: bool, *, log_probs: torch.Tensor, old
 def gspo(*, log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages: torch.Tensor,
          response_mask: torch.Tensor, cfg: AlgorithmConfig, normalizer: float,
          entropy: torch.Tensor | None = None, ref_log_probs: torch.Tensor | None = None,
-         log_dists: torch.Tensor | None = None, kl_coef: float | None = None,
+         full_kl: torch.Tensor | None = None, kl_coef: float | None = None,
          **other: Any) -> tuple[torch.Tensor, dict[str, float]]:
     """GSPO: sequence ratio s_i = exp(mean_t log-ratio), clipped per sequence; the sequence
     advantage is the mean of its token advantages. Use `seq_mean_token_mean` (GSPO preset) to
     average over sequences as the paper does."""
     return _gspo_common("gspo", False, log_probs=log_probs, old_log_probs=old_log_probs, advantages=advantages,
                         response_mask=response_mask, cfg=cfg, normalizer=normalizer, other=other, entropy=entropy,
-                        ref_log_probs=ref_log_probs, log_dists=log_dists, kl_coef=kl_coef)
+                        ref_log_probs=ref_log_probs, full_kl=full_kl, kl_coef=kl_coef)
 
 
 def gspo_token(*, log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages: torch.Tensor,
                response_mask: torch.Tensor, cfg: AlgorithmConfig, normalizer: float,
                entropy: torch.Tensor | None = None, ref_log_probs: torch.Tensor | None = None,
-               log_dists: torch.Tensor | None = None, kl_coef: float | None = None,
+               full_kl: torch.Tensor | None = None, kl_coef: float | None = None,
                **other: Any) -> tuple[torch.Tensor, dict[str, float]]:
     """GSPO-token: s_i,t = sg(s_i) * pi_t / sg(pi_t) with token advantages; equals `gspo` (value
     and gradient) when the advantage is constant over each sequence."""
     return _gspo_common("gspo_token", True, log_probs=log_probs, old_log_probs=old_log_probs, advantages=advantages,
                         response_mask=response_mask, cfg=cfg, normalizer=normalizer, other=other, entropy=entropy,
-                        ref_log_probs=ref_log_probs, log_dists=log_dists, kl_coef=kl_coef)
+                        ref_log_probs=ref_log_probs, full_kl=full_kl, kl_coef=kl_coef)
 
 
 def cispo(*, log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages: torch.Tensor,
           response_mask: torch.Tensor, cfg: AlgorithmConfig, normalizer: float,
           entropy: torch.Tensor | None = None, ref_log_probs: torch.Tensor | None = None,
-          log_dists: torch.Tensor | None = None, kl_coef: float | None = None,
+          full_kl: torch.Tensor | None = None, kl_coef: float | None = None,
           **other: Any) -> tuple[torch.Tensor, dict[str, float]]:
     """CISPO: -sg(clip(ratio, 1 - clip_ratio_low, 1 + clip_ratio_high)) * A * log pi."""
     lp, old, adv, mask = _prepare("cispo", log_probs, old_log_probs, advantages, response_mask, other)
@@ -225,14 +234,14 @@ def cispo(*, log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages: t
     metrics["clip_frac_low"] = float(masked_mean((ratio < low).float(), mask))
     metrics["clip_frac"] = metrics["clip_frac_high"] + metrics["clip_frac_low"]
     return _finish(token_loss, metrics, log_probs=lp, mask=mask, cfg=cfg, normalizer=normalizer,
-                   entropy=entropy, ref_log_probs=ref_log_probs, log_dists=log_dists, kl_coef=kl_coef)
+                   entropy=entropy, ref_log_probs=ref_log_probs, full_kl=full_kl, kl_coef=kl_coef)
 
 
 def luffy(*, log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages: torch.Tensor,
           response_mask: torch.Tensor, cfg: AlgorithmConfig, normalizer: float,
           offline_mask: torch.Tensor | None = None, behaviour_log_probs: torch.Tensor | None = None,
           entropy: torch.Tensor | None = None, ref_log_probs: torch.Tensor | None = None,
-          log_dists: torch.Tensor | None = None, kl_coef: float | None = None,
+          full_kl: torch.Tensor | None = None, kl_coef: float | None = None,
           **other: Any) -> tuple[torch.Tensor, dict[str, float]]:
     """LUFFY: `ppo_clip` on on-policy tokens; on offline tokens (offline_mask [N] or [N, T])
     -A * f(x), f(x) = x / (x + cfg.luffy_gamma), x = pi / pi_behaviour, unclipped. Without
@@ -262,7 +271,7 @@ def luffy(*, log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages: t
     metrics["offline_token_frac"] = float(masked_mean(offline.float(), mask))
     metrics["offline_shaped_mean"] = float(masked_mean(shaped.detach(), off_mask))
     return _finish(token_loss, metrics, log_probs=lp, mask=mask, cfg=cfg, normalizer=normalizer,
-                   entropy=entropy, ref_log_probs=ref_log_probs, log_dists=log_dists, kl_coef=kl_coef)
+                   entropy=entropy, ref_log_probs=ref_log_probs, full_kl=full_kl, kl_coef=kl_coef)
 
 
 METRIC_REDUCTIONS: dict[str, str] = {"pg_loss": "sum", "kl_loss": "sum", "ratio_min": "min", "ratio_max": "max"}

@@ -7,6 +7,14 @@ padding-free (packed) batches alike, since the response positions come from `los
 
 Under FSDP2, shard `model.model` and `model.lm_head` as their own units: we call them
 directly rather than the root module's forward (which would make full [B, L, V] logits).
+
+With a `reference` model (`kl_estimator: full`) the same pass also returns the exact
+KL(pi || pi_ref) over the vocabulary at each response token: the reference backbone runs
+once without gradients (only its hidden states at the response positions are kept), and
+each chunk makes the reference's [chunk, vocab] log-softmax beside the policy's, so only one
+chunk's [chunk, vocab] tensors are alive at a time; [tokens, vocab] never exists. In
+backward the checkpointed chunk recomputes the reference's logits too (one more `lm_head`
+matmul per chunk) rather than keeping them from the forward.
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ from dataclasses import dataclass
 import torch
 from torch.utils.checkpoint import checkpoint
 
+from easyvideor1.algorithms.kl import full as vocabulary_kl
 from easyvideor1.models.collate import Batch
 
 
@@ -29,18 +38,45 @@ class TokenLogProbs:
     """[B, L] float32: entropy of the next-token distribution that produced token t; 0 outside."""
     mask: torch.Tensor
     """[B, L] bool: the batch's `loss_mask`."""
+    full_kl: torch.Tensor | None = None
+    """[B, L] float32: exact KL(pi || pi_ref) over the vocabulary at token t (with a reference); 0 outside."""
 
 
-def _chunk_stats(hidden, lm_head, targets, temperature: float, with_entropy: bool):
+def _log_softmax(hidden, lm_head, temperature: float) -> torch.Tensor:
     logits = lm_head(hidden).float()  # [n, V]
     if temperature != 1.0:
         logits = logits / temperature
-    logp_all = torch.log_softmax(logits, dim=-1)
+    return torch.log_softmax(logits, dim=-1)
+
+
+def _chunk_stats(hidden, lm_head, targets, temperature: float, with_entropy: bool, ref_hidden, ref_lm_head):
+    logp_all = _log_softmax(hidden, lm_head, temperature)  # [n, V]
     logp = logp_all.gather(-1, targets[:, None]).squeeze(-1)  # [n]
-    if not with_entropy:
-        return logp, torch.zeros_like(logp)
-    entropy = -(logp_all.exp() * logp_all).sum(-1)
-    return logp, entropy
+    entropy = -(logp_all.exp() * logp_all).sum(-1) if with_entropy else torch.zeros_like(logp)
+    if ref_hidden is None:
+        return logp, entropy, torch.zeros_like(logp)
+    with torch.no_grad():
+        ref_all = _log_softmax(ref_hidden, ref_lm_head, temperature)  # [n, V]
+    return logp, entropy, vocabulary_kl(logp_all[None], ref_all[None])[0]  # [n]
+
+
+def _chunked(hidden, lm_head, targets, chunk_size, temperature, with_entropy, ref_hidden=None, ref_lm_head=None):
+    """(logp, entropy, kl) lists over chunks of `chunk_size` rows (see `token_logprobs`)."""
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    parts: tuple[list, list, list] = ([], [], [])
+    for start in range(0, hidden.shape[0], chunk_size):
+        rows = slice(start, start + chunk_size)
+        args = (hidden[rows], lm_head, targets[rows], temperature, with_entropy,
+                None if ref_hidden is None else ref_hidden[rows], ref_lm_head)
+        if torch.is_grad_enabled() and hidden.requires_grad:
+            out = checkpoint(_chunk_stats, *args, use_reentrant=False)
+        else:
+            out = _chunk_stats(*args)
+        for part, value in zip(parts, out):
+            part.append(value)
+    empty = hidden.new_zeros(0, dtype=torch.float32)
+    return tuple(torch.cat(p) if p else empty for p in parts)
 
 
 def token_logprobs(
@@ -55,24 +91,29 @@ def token_logprobs(
 
     Returns (logprobs [N], entropy [N] or None), float32.
     """
-    if chunk_size < 1:
-        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
-    logps, ents = [], []
-    for start in range(0, hidden.shape[0], chunk_size):
-        h = hidden[start : start + chunk_size]
-        t = targets[start : start + chunk_size]
-        if torch.is_grad_enabled() and h.requires_grad:
-            lp, en = checkpoint(
-                _chunk_stats, h, lm_head, t, temperature, with_entropy, use_reentrant=False
-            )
-        else:
-            lp, en = _chunk_stats(h, lm_head, t, temperature, with_entropy)
-        logps.append(lp)
-        ents.append(en)
-    logp = torch.cat(logps) if logps else hidden.new_zeros(0, dtype=torch.float32)
-    if not with_entropy:
-        return logp, None
-    return logp, (torch.cat(ents) if ents else torch.zeros_like(logp))
+    logp, ent, _ = _chunked(hidden, lm_head, targets, chunk_size, temperature, with_entropy)
+    return logp, (ent if with_entropy else None)
+
+
+def token_logprobs_and_kl(
+    hidden: torch.Tensor,
+    lm_head: torch.nn.Module,
+    targets: torch.Tensor,
+    ref_hidden: torch.Tensor,
+    ref_lm_head: torch.nn.Module,
+    chunk_size: int = 1024,
+    temperature: float = 1.0,
+    with_entropy: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+    """`token_logprobs` plus the exact KL(pi || pi_ref) [N] of each row's next-token
+    distribution, pi from `lm_head(hidden)`, pi_ref from `ref_lm_head(ref_hidden)` (no
+    gradient), both at `temperature`. Gradients flow through pi only.
+    """
+    if ref_hidden.shape[0] != hidden.shape[0]:
+        raise ValueError(f"ref_hidden has {ref_hidden.shape[0]} rows for {hidden.shape[0]} policy rows")
+    logp, ent, kl = _chunked(hidden, lm_head, targets, chunk_size, temperature, with_entropy,
+                             ref_hidden.detach(), ref_lm_head)
+    return logp, (ent if with_entropy else None), kl
 
 
 def sequence_logprobs(
@@ -81,8 +122,10 @@ def sequence_logprobs(
     chunk_size: int = 1024,
     temperature: float = 1.0,
     with_entropy: bool = False,
+    reference=None,
 ) -> TokenLogProbs:
-    """Run `model`'s backbone on `batch` and score its response tokens (`batch.loss_mask`)."""
+    """Run `model`'s backbone on `batch` and score its response tokens (`batch.loss_mask`);
+    with a `reference` model, also the exact per-token KL to it (`TokenLogProbs.full_kl`)."""
     out = model.model(**batch.model_kwargs(), use_cache=False)
     hidden = out.last_hidden_state  # [B, L, H]
     mask = batch.loss_mask.to(hidden.device)
@@ -90,9 +133,17 @@ def sequence_logprobs(
         raise ValueError("a response token at position 0 has no context to be scored from")
     b_idx, t_idx = mask.nonzero(as_tuple=True)
     targets = batch.input_ids.to(hidden.device)[b_idx, t_idx]
-    logp, ent = token_logprobs(
-        hidden[b_idx, t_idx - 1], model.lm_head, targets, chunk_size, temperature, with_entropy
-    )
+    rows = hidden[b_idx, t_idx - 1]  # [n, H]: the position that predicts each response token
+    kl = None
+    if reference is None:
+        logp, ent = token_logprobs(rows, model.lm_head, targets, chunk_size, temperature, with_entropy)
+    else:
+        with torch.no_grad():
+            ref_hidden = reference.model(**batch.model_kwargs(), use_cache=False).last_hidden_state
+            ref_rows = ref_hidden[b_idx, t_idx - 1]  # [n, H]
+            del ref_hidden
+        logp, ent, kl = token_logprobs_and_kl(rows, model.lm_head, targets, ref_rows, reference.lm_head,
+                                              chunk_size, temperature, with_entropy)
     full = torch.zeros(mask.shape, dtype=torch.float32, device=hidden.device)
     logprobs = full.index_put((b_idx, t_idx), logp)
     if not targets.numel() and torch.is_grad_enabled():
@@ -100,4 +151,5 @@ def sequence_logprobs(
         # zero gradients, so this rank's backward runs FSDP's gradient collectives like the others'.
         logprobs = logprobs + 0.0 * model.lm_head(hidden[:, -1]).float().sum()
     entropy = full.index_put((b_idx, t_idx), ent) if ent is not None else None
-    return TokenLogProbs(logprobs=logprobs, entropy=entropy, mask=mask)
+    kl = full.index_put((b_idx, t_idx), kl) if kl is not None else None
+    return TokenLogProbs(logprobs=logprobs, entropy=entropy, mask=mask, full_kl=kl)

@@ -1,7 +1,8 @@
 """Checkpoints: save atomically, keep the newest K, resume exactly.
 
 A checkpoint is a folder `step-000010/` holding the model weights (safetensors), the
-optimizer and LR-schedule states, every RNG state, the data-loader position and the step.
+optimizer and LR-schedule states, every RNG state of every rank, the trainer's own state
+(data-loader position, KL coefficient) and the step.
 It is written as `step-000010.tmp-<pid>/` and renamed when complete, so a run killed at any
 moment leaves either a whole checkpoint or none; leftovers of killed writes are removed.
 
@@ -40,6 +41,14 @@ def rng_state() -> dict[str, Any]:
             "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
 
 
+def _rng_of_this_rank(saved: list[dict[str, Any]] | dict[str, Any]) -> dict[str, Any]:
+    """This rank's saved RNG state; rank 0's when the number of ranks changed (or the
+    checkpoint predates per-rank states)."""
+    if isinstance(saved, dict):
+        return saved
+    return saved[distributed.rank()] if len(saved) == distributed.world_size() else saved[0]
+
+
 def set_rng_state(state: dict[str, Any]) -> None:
     random.setstate(state["python"])
     np.random.set_state(state["numpy"])
@@ -64,6 +73,7 @@ def save_checkpoint(root: str | os.PathLike, step: int, model: torch.nn.Module,
     opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
     model_sd = get_model_state_dict(model, options=opts)
     optim_sd = get_optimizer_state_dict(model, optimizer, options=opts)
+    rngs = distributed.all_gather_objects(rng_state())  # every rank's, in rank order
     final = Path(root) / f"step-{step:06d}"
     if distributed.rank() == 0:
         tmp = Path(root) / f"{final.name}.tmp-{os.getpid()}"
@@ -72,7 +82,7 @@ def save_checkpoint(root: str | os.PathLike, step: int, model: torch.nn.Module,
         save_file({k: v.detach().clone().contiguous() for k, v in model_sd.items()},  # tied weights share memory
                   tmp / "model.safetensors")
         torch.save({"optimizer": optim_sd, "scheduler": scheduler.state_dict() if scheduler else None,
-                    "rng": rng_state(), "trainer": trainer_state, "step": step}, tmp / "state.pt")
+                    "rng": rngs, "trainer": trainer_state, "step": step}, tmp / "state.pt")
         (tmp / "meta.json").write_text(json.dumps({"step": step}))
         shutil.rmtree(final, ignore_errors=True)
         os.replace(tmp, final)
@@ -115,5 +125,5 @@ def load_checkpoint(path: str | os.PathLike, model: torch.nn.Module, optimizer: 
     set_optimizer_state_dict(model, optimizer, state["optimizer"], options=opts)
     if scheduler is not None and state["scheduler"] is not None:
         scheduler.load_state_dict(state["scheduler"])
-    set_rng_state(state["rng"])
+    set_rng_state(_rng_of_this_rank(state["rng"]))
     return state["trainer"]

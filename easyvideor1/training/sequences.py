@@ -96,22 +96,35 @@ def micro_batches(indices: list[int], size: int) -> list[list[int]]:
 
 
 def forward_logprobs(model, batch: RolloutBatch, indices: list[int], ctx: ForwardContext,
-                     with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Log-probs (and entropies) [n, T] of responses `indices` under `model` (grad as enabled)."""
+                     with_entropy: bool = False, reference=None
+                     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """Log-probs, entropies (with_entropy) and the exact per-token KL to `reference` (when
+    given; `kl_estimator: full`), each [n, T], of responses `indices` under `model` (grad as
+    enabled; the reference never has one)."""
     items = sequence_inputs(batch, indices, ctx)
     mb = collate(items, ctx.family, ctx.spec, ctx.pad_token_id).to(ctx.device, ctx.pixel_dtype)
     out = sequence_logprobs(model, mb, chunk_size=ctx.chunk_size, temperature=ctx.temperature,
-                            with_entropy=with_entropy)
+                            with_entropy=with_entropy, reference=reference)
     lengths = batch.response_mask[indices].sum(-1)
     width = batch.response_mask.shape[1]
     logp = to_response_space(out.logprobs, out.mask, lengths, width)
     ent = to_response_space(out.entropy, out.mask, lengths, width) if out.entropy is not None else None
-    return logp, ent
+    kl = to_response_space(out.full_kl, out.mask, lengths, width) if out.full_kl is not None else None
+    return logp, ent, kl
 
 
 @torch.no_grad()
 def all_logprobs(model, batch: RolloutBatch, ctx: ForwardContext) -> torch.Tensor:
     """[N, T] log-probs of every response, micro-batch by micro-batch, without gradients."""
     parts = [forward_logprobs(model, batch, idx, ctx)[0]
+             for idx in micro_batches(list(range(batch.size)), ctx.micro_batch_size)]
+    return torch.cat(parts).cpu()
+
+
+@torch.no_grad()
+def all_full_kl(model, reference, batch: RolloutBatch, ctx: ForwardContext) -> torch.Tensor:
+    """[N, T] exact KL(model || reference) over the vocabulary at every response token,
+    micro-batch by micro-batch (`kl_estimator: full` as a reward penalty)."""
+    parts = [forward_logprobs(model, batch, idx, ctx, reference=reference)[2]
              for idx in micro_batches(list(range(batch.size)), ctx.micro_batch_size)]
     return torch.cat(parts).cpu()

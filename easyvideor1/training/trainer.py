@@ -21,6 +21,7 @@ import torch
 
 from easyvideor1 import distributed
 from easyvideor1.algorithms import ADVANTAGES, kl_reward_penalty, make_kl_controller
+from easyvideor1.algorithms.kl import AdaptiveKLController, KLController
 from easyvideor1.config import Config
 from easyvideor1.records import Sample
 from easyvideor1.rollout.base import Prompt, RolloutEngine, SamplingParams
@@ -36,7 +37,7 @@ from easyvideor1.training.groups import (
 from easyvideor1.training.loader import PromptLoader, rank_slice
 from easyvideor1.training.metrics import MetricsSink, console_line, gather_values, mean_over_ranks
 from easyvideor1.training.prompts import prepare_prompts
-from easyvideor1.training.sequences import ForwardContext, RolloutBatch, all_logprobs, make_batch
+from easyvideor1.training.sequences import ForwardContext, RolloutBatch, all_full_kl, all_logprobs, make_batch
 from easyvideor1.training.update import policy_update
 from easyvideor1.training.validation import validate
 from easyvideor1.vision.cache import FrameSource
@@ -135,22 +136,48 @@ def rollout_stage(run: Run, step: int, timer: StageTimer) -> ScoredGroups:
     return scored
 
 
+def greedy_baseline(run: Run, batch: RolloutBatch) -> tuple[torch.Tensor, dict[str, float]]:
+    """ReMax's baseline: one greedy (temperature 0) response per prompt from the same engine,
+    scored by the same `score_fn`; returns its reward per response [N] and the global mean
+    greedy reward. The greedy responses are never trained on."""
+    params = sampling_params(run.cfg, run.step, run.processor.tokenizer, temperature=0.0)
+    start = time.perf_counter()
+    greedy = [grp[0] for grp in run.engine.generate(batch.prompts, 1, params)]
+    results = run.score_fn([r.text for r in greedy], [p.sample for p in batch.prompts])
+    per_prompt = torch.tensor([x.overall for x in results], dtype=torch.float32)  # [G]
+    total, count = distributed.all_reduce_floats([float(per_prompt.sum()), float(per_prompt.numel())])
+    return per_prompt[batch.group_ids], {"remax/greedy_reward": total / max(count, 1.0),
+                                         "time/greedy_rollout": time.perf_counter() - start}
+
+
 def advantage_stage(run: Run, batch: RolloutBatch, kl_coef: float) -> dict[str, float]:
-    """Fill `batch.advantages` with the configured estimator (KL-in-reward when configured)."""
+    """Fill `batch.advantages` with the configured estimator (KL-in-reward when configured).
+
+    Batch statistics (REINFORCE++ and GDPO whitening) are reduced over every data-parallel rank.
+    """
     algo = run.cfg.algorithm
     rewards = torch.tensor([r.overall for r in batch.results], dtype=torch.float32)
     parts = {k: torch.tensor([r.parts.get(k, getattr(r, k, 0.0)) for r in batch.results], dtype=torch.float32)
              for k in algo.gdpo_reward_keys}
+    metrics: dict[str, float] = {}
     penalty = None
     if algo.kl_in_reward:
+        # `full` needs the old policy's and the reference's distributions at every response token
+        full = all_full_kl(run.model, run.reference, batch, run.ctx) if algo.kl_estimator == "full" else None
         penalty = kl_reward_penalty(batch.old_log_probs, batch.ref_log_probs, batch.response_mask,
-                                    kind=algo.kl_estimator, coef=kl_coef)
+                                    kind=algo.kl_estimator, coef=kl_coef, full_kl=full)
+    greedy = None
+    if algo.needs_greedy_rollout:
+        greedy, greedy_metrics = greedy_baseline(run, batch)
+        metrics.update(greedy_metrics)
     batch.advantages = ADVANTAGES[algo.adv_estimator](
         rewards=rewards, group_ids=batch.group_ids, response_mask=batch.response_mask.float(), kl_penalty=penalty,
-        greedy_rewards=None, reward_parts=parts, **algo.estimator_kwargs())
+        greedy_rewards=greedy, reward_parts=parts, all_reduce_floats=distributed.all_reduce_floats,
+        **algo.estimator_kwargs())
     mask = batch.response_mask
-    return {"advantage/mean": float(batch.advantages[mask].mean()) if mask.any() else 0.0,
-            "advantage/abs_max": float(batch.advantages[mask].abs().max()) if mask.any() else 0.0}
+    metrics["advantage/mean"] = float(batch.advantages[mask].mean()) if mask.any() else 0.0
+    metrics["advantage/abs_max"] = float(batch.advantages[mask].abs().max()) if mask.any() else 0.0
+    return metrics
 
 
 def log_examples(run: Run, step: int, scored: ScoredGroups, groups: int = 1) -> None:
@@ -219,7 +246,7 @@ def train_step(run: Run, step: int, kl_ctrl) -> dict[str, float]:
         local.update(policy_update(run.model, run.optimizer, batch, cfg.algorithm, run.ctx,
                                      ppo_epochs=cfg.training.ppo_epochs, n_mini=n_mini,
                                      grad_clip=cfg.training.grad_clip, max_len=cfg.rollout.max_tokens,
-                                     kl_coef=kl_ctrl.coef))
+                                     kl_coef=kl_ctrl.coef, reference=run.reference))
     if run.scheduler is not None:
         run.scheduler.step()
     with timer("sync"):
@@ -238,14 +265,17 @@ def train_step(run: Run, step: int, kl_ctrl) -> dict[str, float]:
     return metrics
 
 
-def _checkpoint(run: Run, step: int) -> None:
-    state = {"loader": run.loader.state_dict(), "step": step}
+def _checkpoint(run: Run, step: int, kl_ctrl: KLController) -> None:
+    """Everything that lives across steps: loader position, KL coefficient, step (model,
+    optimizer, schedule and every rank's RNG are saved by `checkpoint.save_checkpoint`)."""
+    state = {"loader": run.loader.state_dict(), "kl_controller": kl_ctrl.state_dict(), "step": step}
     ckpt.save_checkpoint(f"{run.cfg.logging.out_dir}/checkpoints", step, run.model, run.optimizer,
                          run.scheduler, state, keep=run.cfg.checkpoint.keep)
 
 
-def maybe_resume(run: Run) -> int:
-    """Restore the newest complete checkpoint (per `checkpoint.resume`); return its step."""
+def maybe_resume(run: Run, kl_ctrl: KLController) -> int:
+    """Restore the newest complete checkpoint (per `checkpoint.resume`) into `run` and
+    `kl_ctrl`; return its step."""
     root = f"{run.cfg.logging.out_dir}/checkpoints"
     ckpt.clean_partial(root)
     path = ckpt.resolve_resume(root, run.cfg.checkpoint.resume)
@@ -253,6 +283,11 @@ def maybe_resume(run: Run) -> int:
         return 0
     state = ckpt.load_checkpoint(path, run.model, run.optimizer, run.scheduler)
     run.loader.load_state_dict(state["loader"])
+    if "kl_controller" in state:
+        kl_ctrl.load_state_dict(state["kl_controller"])
+    elif isinstance(kl_ctrl, AdaptiveKLController):
+        log.warning("checkpoint %s holds no KL controller state (written by an older version): the adaptive "
+                    "KL coefficient restarts at algorithm.kl_coef=%g", path, kl_ctrl.coef)
     run.engine.update_weights(run.model)
     log.info("resumed from %s (step %d)", path, state["step"])
     return int(state["step"])
@@ -261,8 +296,8 @@ def maybe_resume(run: Run) -> int:
 def train(run: Run) -> dict[str, Any]:
     """Run the loop to `training.steps` (or `training.max_minutes`); return the final metrics."""
     cfg = run.cfg
-    start = maybe_resume(run)
     kl_ctrl = make_kl_controller(cfg.algorithm)
+    start = maybe_resume(run, kl_ctrl)
     progress = None
     if cfg.logging.progress and run.rank == 0:
         from tqdm import tqdm
@@ -291,7 +326,7 @@ def train(run: Run) -> dict[str, Any]:
                 line += f"  budget_left={max(0.0, minutes_left):.1f}min"
             progress.set_postfix_str(line)
         if cfg.checkpoint.every and step % cfg.checkpoint.every == 0:
-            _checkpoint(run, step)
+            _checkpoint(run, step, kl_ctrl)
         if cfg.training.max_minutes and minutes_left <= 0:
             log.info("stopping after %.1f minutes (training.max_minutes)", cfg.training.max_minutes)
             break
@@ -299,5 +334,5 @@ def train(run: Run) -> dict[str, Any]:
         progress.close()
     every = cfg.checkpoint.every  # 0: no checkpoints; else every k steps and after the last one
     if every and run.step and run.step % every:
-        _checkpoint(run, run.step)
+        _checkpoint(run, run.step, kl_ctrl)
     return last

@@ -97,17 +97,21 @@ class UpdateMetrics:
 
 def policy_update(model, optimizer: torch.optim.Optimizer, batch: RolloutBatch, algo: AlgorithmConfig,
                   ctx: ForwardContext, *, ppo_epochs: int, n_mini: int, grad_clip: float, max_len: int,
-                  kl_coef: float, generator: torch.Generator | None = None) -> dict[str, float]:
+                  kl_coef: float, generator: torch.Generator | None = None, reference=None) -> dict[str, float]:
     """Run the PPO epochs on `batch` (ref log-probs and advantages already filled).
 
     `batch.old_log_probs` None means strictly on-policy (one epoch, one mini-batch): the
-    current log-probs, detached, are the old ones.
+    current log-probs, detached, are the old ones. With a KL loss of kind `full`, each
+    micro-batch's forward also runs `reference` (no gradient) for the exact per-token KL.
     """
     if batch.old_log_probs is None and (ppo_epochs > 1 or n_mini > 1):
         raise ValueError("old log-probs are needed for more than one update per rollout batch")
     params = [p for p in model.parameters() if p.requires_grad]
     stats = UpdateMetrics()
     need_entropy = algo.entropy_coef > 0
+    full_kl_loss = algo.use_kl_loss and not algo.disable_kl and algo.kl_estimator == "full"
+    if full_kl_loss and reference is None:
+        raise ValueError("kl_estimator 'full' with use_kl_loss needs the reference model in policy_update")
     for _ in range(ppo_epochs):
         for mini in mini_batches(batch, n_mini, generator):
             micros = micro_batches(mini, ctx.micro_batch_size)
@@ -115,7 +119,8 @@ def policy_update(model, optimizer: torch.optim.Optimizer, batch: RolloutBatch, 
                                          max_len=max_len, all_reduce=distributed.is_distributed())
             optimizer.zero_grad(set_to_none=True)
             for idx in micros:
-                logp, ent = forward_logprobs(model, batch, idx, ctx, with_entropy=need_entropy)
+                logp, ent, full_kl = forward_logprobs(model, batch, idx, ctx, with_entropy=need_entropy,
+                                                      reference=reference if full_kl_loss else None)
                 dev = logp.device
                 mask = batch.response_mask[idx].to(dev)
                 ref = batch.ref_log_probs[idx].to(dev) if batch.ref_log_probs is not None else None
@@ -129,6 +134,7 @@ def policy_update(model, optimizer: torch.optim.Optimizer, batch: RolloutBatch, 
                     normalizer=normalizer,
                     entropy=ent,
                     ref_log_probs=ref,
+                    full_kl=full_kl,
                     kl_coef=kl_coef,
                     offline_mask=batch.offline[idx].to(dev)[:, None].expand_as(logp),
                     behaviour_log_probs=None,

@@ -7,6 +7,7 @@ import torch
 
 from easyvideor1.algorithms import ADVANTAGES, AlgorithmConfig
 from easyvideor1.algorithms.advantages import KNOWN_INPUTS
+from easyvideor1.distributed import all_reduce_floats
 
 # Group "a": rewards [1, 0, 0.5]; group "b": one response; group "c": two equal rewards.
 REWARDS = torch.tensor([1.0, 0.0, 0.5, 2.0, 0.3, 0.3])
@@ -188,7 +189,8 @@ def test_empty_masks_and_single_tokens_are_finite(name):
 def test_uniform_calling_convention(name):
     """Every estimator accepts every known input and rejects unknown ones."""
     everything = dict(kl_penalty=torch.zeros(6, 3), greedy_rewards=torch.zeros(6),
-                      reward_parts={"accuracy": REWARDS, "format": REWARDS}, **AlgorithmConfig().estimator_kwargs())
+                      reward_parts={"accuracy": REWARDS, "format": REWARDS}, all_reduce_floats=all_reduce_floats,
+                      **AlgorithmConfig().estimator_kwargs())
     assert set(everything) | {"rewards", "group_ids", "response_mask"} == KNOWN_INPUTS
     assert torch.isfinite(call(name, **everything)).all()
     with pytest.raises(TypeError, match="gama"):

@@ -100,7 +100,7 @@ def test_each_preset_runs_through_the_uniform_calls(preset):
     normalizer = loss_normalizer(mask, cfg.loss_agg_mode, max_len=t)
     loss, metrics = POLICY_LOSSES[cfg.policy_loss](
         log_probs=lp, old_log_probs=old, advantages=adv, response_mask=mask, cfg=cfg, normalizer=normalizer,
-        entropy=None, ref_log_probs=ref if cfg.needs_reference else None, log_dists=None, kl_coef=None,
+        entropy=None, ref_log_probs=ref if cfg.needs_reference else None, full_kl=None, kl_coef=None,
         offline_mask=torch.tensor([1, 0, 0, 0, 0, 0, 0, 0]), behaviour_log_probs=None)
     loss.backward()
     assert torch.isfinite(loss) and torch.isfinite(lp.grad).all() and lp.grad.abs().sum() > 0

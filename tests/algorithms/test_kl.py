@@ -66,6 +66,27 @@ def test_reward_penalty_is_coef_times_kl_on_valid_tokens():
     assert not pen.requires_grad
 
 
+def test_reward_penalty_full_takes_the_exact_per_token_kl():
+    mask = torch.tensor([[1, 1, 0]])
+    full_kl = torch.tensor([[0.2, 0.4, 7.0]])  # what training.sequences.all_full_kl returns
+    pen = kl_reward_penalty(None, None, mask, kind="full", coef=0.5, full_kl=full_kl)
+    assert pen[0].tolist() == pytest.approx([0.1, 0.2, 0.0])
+    with pytest.raises(ValueError, match="full_kl"):
+        kl_reward_penalty(LP, REF, mask[:, :2], kind="full", coef=0.5)
+
+
+def test_controller_state_roundtrip():
+    """The coefficient an adaptive controller reached survives a checkpoint (state_dict)."""
+    cfg = AlgorithmConfig(kl_coef=0.1, kl_controller="adaptive", kl_target=0.1, kl_horizon=100)
+    ada = make_kl_controller(cfg)
+    ada.update(0.2, 10)
+    again = make_kl_controller(cfg)
+    again.load_state_dict(ada.state_dict())
+    assert again.coef == ada.coef == pytest.approx(0.102)
+    fixed = make_kl_controller(AlgorithmConfig(kl_coef=0.3))
+    assert fixed.state_dict() == {"coef": 0.3}
+
+
 def test_controllers_hand_values():
     fixed = make_kl_controller(AlgorithmConfig(kl_coef=0.1))
     fixed.update(5.0, 1000)

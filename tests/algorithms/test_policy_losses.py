@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from easyvideor1.algorithms import POLICY_LOSSES, AlgorithmConfig
+from easyvideor1.algorithms import POLICY_LOSSES, AlgorithmConfig, kl_estimate
 
 D = torch.float64
 CFG = AlgorithmConfig(clip_ratio_low=0.2, clip_ratio_high=0.28, clip_ratio_c=3.0, disable_kl=True)
@@ -138,15 +138,24 @@ def test_kl_loss_and_entropy_bonus_enter_the_loss():
     assert loss2.item() == pytest.approx(k3 / 2 - 0.1 * 2.0)
 
 
-def test_kl_full_in_the_loss_uses_log_dists():
+def test_kl_full_in_the_loss_uses_full_kl():
     cfg = AlgorithmConfig(use_kl_loss=True, kl_estimator="full", kl_coef=1.0)
     logits = torch.tensor([[[0.0, 0.0]]], dtype=D, requires_grad=True)  # pi = [0.5, 0.5]
     dists = torch.log_softmax(logits, -1)
     ref = torch.tensor([[[0.25, 0.75]]], dtype=D).log()
+    full_kl = kl_estimate(dists, ref, "full")  # [1, 1], what models.logprobs hands on per chunk
     loss, m = POLICY_LOSSES["ppo_clip"](log_probs=dists[..., 0], old_log_probs=dists[..., 0].detach(),
                                         advantages=torch.zeros(1, dtype=D), response_mask=torch.ones(1, 1), cfg=cfg,
-                                        normalizer=1.0, ref_log_probs=ref, log_dists=dists)
+                                        normalizer=1.0, full_kl=full_kl)
     assert m["kl_loss"] == pytest.approx(0.5 * math.log(2) + 0.5 * math.log(2 / 3))
+    loss.backward()
+    # d KL / d logit_0 = p0 * (log(p0/q0) - KL) = 0.5 * (ln 2 - KL)
+    kl = m["kl_loss"]
+    assert logits.grad[0, 0].tolist() == pytest.approx([0.5 * (math.log(2) - kl), 0.5 * (math.log(2 / 3) - kl)])
+    with pytest.raises(ValueError, match=r"full_kl=\[N, T\]"):
+        POLICY_LOSSES["ppo_clip"](log_probs=dists[..., 0].detach(), old_log_probs=dists[..., 0].detach(),
+                                  advantages=torch.zeros(1, dtype=D), response_mask=torch.ones(1, 1), cfg=cfg,
+                                  normalizer=1.0, ref_log_probs=ref[..., 0])
 
 
 @pytest.mark.parametrize("name", list(POLICY_LOSSES))

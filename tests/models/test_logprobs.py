@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from easyvideor1.models.logprobs import token_logprobs
+from easyvideor1.models.logprobs import token_logprobs, token_logprobs_and_kl
 
 
 def _head(weight: list[list[float]]) -> torch.nn.Linear:
@@ -68,3 +68,32 @@ def test_empty_and_bad_chunk():
     assert logp.shape == (0,) and ent.shape == (0,)
     with pytest.raises(ValueError, match="chunk_size"):
         token_logprobs(torch.zeros(1, 2), _head(HEAD), torch.zeros(1, dtype=torch.long), chunk_size=0)
+
+
+@pytest.mark.parametrize("chunk", [5, 1000])
+def test_full_kl_per_token_equals_the_vocabulary_sum_with_its_gradient(chunk):
+    """The exact KL(pi || pi_ref) of each row, chunked, equals the sum over the whole
+    vocabulary of full [N, V] distributions, and so does its gradient (the reference gets none)."""
+    g = torch.Generator().manual_seed(1)
+    head, ref_head = torch.nn.Linear(8, 50, bias=False), torch.nn.Linear(8, 50, bias=False)
+    hidden = torch.randn(37, 8, generator=g, requires_grad=True)
+    ref_hidden = hidden.detach() + 0.3 * torch.randn(37, 8, generator=g)
+    targets = torch.randint(0, 50, (37,), generator=g)
+
+    p = torch.log_softmax(head(hidden) / 0.7, -1)  # [37, 50], the whole thing at once
+    q = torch.log_softmax(ref_head(ref_hidden) / 0.7, -1)
+    explicit = (p.exp() * (p - q)).sum(-1)
+    (want_h, want_w) = torch.autograd.grad(explicit.sum(), (hidden, head.weight))
+
+    logp, ent, kl = token_logprobs_and_kl(hidden, head, targets, ref_hidden, ref_head, chunk_size=chunk,
+                                          temperature=0.7)
+    assert ent is None
+    torch.testing.assert_close(kl, explicit, rtol=1e-5, atol=1e-6)
+    assert kl.min() > 0
+    torch.testing.assert_close(logp, p.gather(-1, targets[:, None])[:, 0], rtol=0, atol=1e-6)
+    got_h, got_w = torch.autograd.grad(kl.sum(), (hidden, head.weight))
+    torch.testing.assert_close(got_h, want_h, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(got_w, want_w, rtol=1e-5, atol=1e-6)
+    assert ref_head.weight.grad is None
+    with pytest.raises(ValueError, match="rows"):
+        token_logprobs_and_kl(hidden, head, targets, ref_hidden[:3], ref_head)

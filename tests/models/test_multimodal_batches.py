@@ -9,7 +9,7 @@ from model_media import make_image, make_sample, make_video
 
 from easyvideor1.models.collate import collate
 from easyvideor1.models.inputs import append_response, build_inputs
-from easyvideor1.models.loading import vision_tower
+from easyvideor1.models.loading import load_policy, vision_tower
 from easyvideor1.models.logprobs import sequence_logprobs
 
 
@@ -66,6 +66,28 @@ def test_mixed_batch_forward_backward_every_parameter(tiny):
         ours = sequence_logprobs(model, batch).logprobs[:, 1:]
     mask = batch.loss_mask[:, 1:]
     torch.testing.assert_close(ours[mask], ref[mask], rtol=0, atol=1e-6)
+
+
+def test_full_kl_to_a_reference_equals_full_logits(tiny):
+    """`kl_estimator: full`: the per-token KL that `sequence_logprobs` returns beside the
+    log-probs equals the vocabulary sum over both models' own full logits; 0 against itself."""
+    reference = load_policy(tiny.path, dtype="float32").requires_grad_(False)
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in reference.parameters():
+            p.add_(0.05 * torch.randn(p.shape, generator=g))
+    batch = collate(_with_responses(tiny, list(_prompts(tiny).values())), tiny.family, tiny.spec, tiny.pad_id)
+    with torch.no_grad():
+        out = sequence_logprobs(tiny.model, batch, temperature=0.9, reference=reference)
+        same = sequence_logprobs(tiny.model, batch, temperature=0.9, reference=tiny.model)
+        lp = torch.log_softmax(tiny.model(**batch.model_kwargs()).logits[:, :-1].float() / 0.9, -1)
+        lq = torch.log_softmax(reference(**batch.model_kwargs()).logits[:, :-1].float() / 0.9, -1)
+    explicit = (lp.exp() * (lp - lq)).sum(-1)  # [B, L-1]: the distribution that predicts token t+1
+    mask = batch.loss_mask[:, 1:]
+    torch.testing.assert_close(out.full_kl[:, 1:][mask], explicit[mask], rtol=1e-4, atol=1e-6)
+    assert out.full_kl[:, 1:][mask].min() > 0 and torch.all(out.full_kl[~batch.loss_mask] == 0)
+    assert same.full_kl.abs().max() < 1e-6
+    torch.testing.assert_close(out.logprobs, same.logprobs, rtol=0, atol=0)
 
 
 def test_each_modality_alone(tiny):

@@ -36,7 +36,10 @@ def write_config(root, model, data, out, steps=2, **extra):
         "logging": {"out_dir": str(out), "progress": False},
         "checkpoint": {"every": 0, "resume": "never"},
     }
-    for key, value in extra.items():
+    for key, value in extra.items():  # section__name=value sets one field; section=dict replaces it
+        if "__" not in key:
+            cfg[key] = value
+            continue
         section, name = key.split("__")
         cfg[section][name] = value
     path = root / f"{out.name}.yaml"
@@ -104,3 +107,27 @@ def test_fsdp_two_processes_equal_one_process(setup):
     # engine vs trainer log-probs: equal up to the banned vision pad tokens' mass (random model)
     gaps = [v for r in m1 + m2 for k, v in r.items() if k.startswith("parity/max_gap/")]
     assert gaps and max(gaps) < 0.05, gaps
+
+
+def test_reinforce_plus_plus_two_processes_equal_one_process(setup):
+    """REINFORCE++ whitens over the whole batch: with the batch split over 2 ranks (each
+    whitening its own half would give other advantages) training ends where 1 process does."""
+    root, model, data = setup
+    outs = {k: root / f"rpp_{k}" for k in ("one", "two")}
+    cfgs = {k: write_config(root, model, data, out, algorithm={"preset": "reinforce_plus_plus"})
+            for k, out in outs.items()}
+    p1 = subprocess.run([sys.executable, "-m", "easyvideor1.cli", "train", str(cfgs["one"])], capture_output=True,
+                        text=True, env=_env(), timeout=600)
+    assert p1.returncode == 0, p1.stderr[-4000:]
+    p2 = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
+                         "29519", "-m", "easyvideor1.cli", "train", str(cfgs["two"])], capture_output=True, text=True,
+                        env=_env(), timeout=900)
+    assert p2.returncode == 0, p2.stderr[-6000:]
+    w1, w2 = _weights(outs["one"]), _weights(outs["two"])
+    assert set(w1) == set(w2)
+    for name in w1:
+        assert torch.allclose(w1[name], w2[name], rtol=1e-4, atol=1e-5), name
+    m1 = [json.loads(l) for l in (outs["one"] / "metrics.jsonl").read_text().splitlines()]
+    m2 = [json.loads(l) for l in (outs["two"] / "metrics.jsonl").read_text().splitlines()]
+    assert [round(r["reward/all"], 6) for r in m1] == [round(r["reward/all"], 6) for r in m2]
+    assert all(r["advantage/abs_max"] > 0 for r in m1)

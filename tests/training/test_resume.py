@@ -13,6 +13,7 @@ from safetensors.torch import load_file
 
 from easyvideor1.data.synth import write_suite
 from easyvideor1.models.tiny import build_tiny_model
+from easyvideor1.training.metrics import read_metrics
 from test_distributed import write_config
 
 
@@ -54,3 +55,32 @@ def test_sigkill_and_resume_equals_uninterrupted(tmp_path):
         assert torch.equal(a[name], b[name]), name
     steps_logged = [json.loads(l)["step"] for l in (tmp_path / "killed" / "metrics.jsonl").read_text().splitlines()]
     assert sorted(set(steps_logged)) == list(range(1, steps + 1))
+
+
+def test_resume_keeps_the_adaptive_kl_coefficient(tmp_path):
+    """A run stopped after its step-2 checkpoint and resumed continues with the adaptive KL
+    coefficient it had reached (not `kl_coef` again): step 3's coefficient and the final
+    parameters equal those of an uninterrupted 3-step run."""
+    model = build_tiny_model("qwen2_5_vl", tmp_path / "model", seed=1)
+    data = write_suite(tmp_path / "synth", num_train=8, num_val=0, seed=4)["train"]
+    algo = {"adv_estimator": "grpo", "policy_loss": "ppo_clip", "loss_agg_mode": "token_mean", "use_kl_loss": True,
+            "kl_estimator": "low_var_kl", "kl_controller": "adaptive", "kl_coef": 0.5, "kl_target": 0.1,
+            "kl_horizon": 10.0}
+    cfgs = {k: write_config(tmp_path, model, data, tmp_path / k, steps=3, algorithm=algo, checkpoint__every=1,
+                            checkpoint__resume="auto") for k in ("straight", "resumed")}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    for cfg, extra in ((cfgs["straight"], []), (cfgs["resumed"], ["training.steps=2"]), (cfgs["resumed"], [])):
+        proc = subprocess.run([sys.executable, "-m", "easyvideor1.cli", "train", str(cfg), *extra], env=env,
+                              capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "resumed from" in proc.stderr and "step-000002" in proc.stderr
+
+    coef = {k: {r["step"]: r["actor/kl_coef"] for r in read_metrics(tmp_path / k / "metrics.jsonl")} for k in cfgs}
+    assert sorted(coef["resumed"]) == [1, 2, 3]
+    assert coef["straight"][3] != 0.5  # the controller moved it (the check has teeth)
+    assert coef["resumed"][3] == coef["straight"][3]
+    a = load_file(str(tmp_path / "straight" / "hf_model" / "model.safetensors"))
+    b = load_file(str(tmp_path / "resumed" / "hf_model" / "model.safetensors"))
+    assert set(a) == set(b)
+    for name in a:
+        assert torch.equal(a[name], b[name]), name
