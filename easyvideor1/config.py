@@ -104,6 +104,8 @@ class TrainingConfig:
     """Prompts per optimizer update within a step (PPO mini-batch)."""
     micro_batch_size: int = 4
     """Sequences per forward/backward (gradient accumulation unit)."""
+    logprob_chunk_size: int = 1024
+    """Response tokens whose [tokens, vocab] logits are made at once (memory of the log-prob passes)."""
     ppo_epochs: int = 1
     """Passes over each rollout batch."""
     lr: float = 1e-6

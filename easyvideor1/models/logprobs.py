@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import torch
 from torch.utils.checkpoint import checkpoint
 
+from easyvideor1 import distributed
 from easyvideor1.algorithms.kl import full as vocabulary_kl
 from easyvideor1.models.collate import Batch
 
@@ -60,23 +61,38 @@ def _chunk_stats(hidden, lm_head, targets, temperature: float, with_entropy: boo
     return logp, entropy, vocabulary_kl(logp_all[None], ref_all[None])[0]  # [n]
 
 
-def _chunked(hidden, lm_head, targets, chunk_size, temperature, with_entropy, ref_hidden=None, ref_lm_head=None):
-    """(logp, entropy, kl) lists over chunks of `chunk_size` rows (see `token_logprobs`)."""
+def _chunked(hidden, lm_head, targets, chunk_size, temperature, with_entropy, ref_hidden=None, ref_lm_head=None,
+             num_chunks: int | None = None, filler: torch.Tensor | None = None):
+    """(logp, entropy, kl, anchor) over chunks of `chunk_size` rows (see `token_logprobs`).
+
+    `num_chunks` > the chunks `hidden` needs: the head runs that many times all the same, on the
+    one-row `filler`, and `anchor` (0, with a graph when gradients are on) ties those runs into the
+    loss. Under FSDP every head call is a collective, so every rank must make the same number.
+    """
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
     parts: tuple[list, list, list] = ([], [], [])
-    for start in range(0, hidden.shape[0], chunk_size):
-        rows = slice(start, start + chunk_size)
-        args = (hidden[rows], lm_head, targets[rows], temperature, with_entropy,
-                None if ref_hidden is None else ref_hidden[rows], ref_lm_head)
-        if torch.is_grad_enabled() and hidden.requires_grad:
+    anchor = hidden.new_zeros((), dtype=torch.float32)
+    starts = list(range(0, hidden.shape[0], chunk_size))
+    for k in range(max(len(starts), num_chunks or 0)):
+        if k < len(starts):
+            rows = slice(starts[k], starts[k] + chunk_size)
+            args = (hidden[rows], lm_head, targets[rows], temperature, with_entropy,
+                    None if ref_hidden is None else ref_hidden[rows], ref_lm_head)
+        else:
+            args = (filler, lm_head, targets.new_zeros(1), temperature, with_entropy,
+                    None if ref_hidden is None else filler.detach(), ref_lm_head)
+        if torch.is_grad_enabled() and args[0].requires_grad:
             out = checkpoint(_chunk_stats, *args, use_reentrant=False)
         else:
             out = _chunk_stats(*args)
-        for part, value in zip(parts, out):
-            part.append(value)
+        if k < len(starts):
+            for part, value in zip(parts, out):
+                part.append(value)
+        else:
+            anchor = anchor + 0.0 * out[0].sum()
     empty = hidden.new_zeros(0, dtype=torch.float32)
-    return tuple(torch.cat(p) if p else empty for p in parts)
+    return (*(torch.cat(p) if p else empty for p in parts), anchor)
 
 
 def token_logprobs(
@@ -91,7 +107,7 @@ def token_logprobs(
 
     Returns (logprobs [N], entropy [N] or None), float32.
     """
-    logp, ent, _ = _chunked(hidden, lm_head, targets, chunk_size, temperature, with_entropy)
+    logp, ent, _, _ = _chunked(hidden, lm_head, targets, chunk_size, temperature, with_entropy)
     return logp, (ent if with_entropy else None)
 
 
@@ -111,8 +127,8 @@ def token_logprobs_and_kl(
     """
     if ref_hidden.shape[0] != hidden.shape[0]:
         raise ValueError(f"ref_hidden has {ref_hidden.shape[0]} rows for {hidden.shape[0]} policy rows")
-    logp, ent, kl = _chunked(hidden, lm_head, targets, chunk_size, temperature, with_entropy,
-                             ref_hidden.detach(), ref_lm_head)
+    logp, ent, kl, _ = _chunked(hidden, lm_head, targets, chunk_size, temperature, with_entropy,
+                                ref_hidden.detach(), ref_lm_head)
     return logp, (ent if with_entropy else None), kl
 
 
@@ -134,22 +150,22 @@ def sequence_logprobs(
     b_idx, t_idx = mask.nonzero(as_tuple=True)
     targets = batch.input_ids.to(hidden.device)[b_idx, t_idx]
     rows = hidden[b_idx, t_idx - 1]  # [n, H]: the position that predicts each response token
-    kl = None
-    if reference is None:
-        logp, ent = token_logprobs(rows, model.lm_head, targets, chunk_size, temperature, with_entropy)
-    else:
+    # Under FSDP each head call is a collective: every rank makes as many as the busiest one, and at
+    # least one, so a micro-batch without response tokens (padding groups) still has a graph through
+    # the backbone and the head, with zero gradients, and runs the backward's collectives too.
+    num_chunks = max(distributed.max_int(-(-len(targets) // chunk_size)), 1)
+    ref_rows = ref_head = None
+    if reference is not None:
         with torch.no_grad():
             ref_hidden = reference.model(**batch.model_kwargs(), use_cache=False).last_hidden_state
-            ref_rows = ref_hidden[b_idx, t_idx - 1]  # [n, H]
+            ref_rows, ref_head = ref_hidden[b_idx, t_idx - 1], reference.lm_head  # [n, H]
             del ref_hidden
-        logp, ent, kl = token_logprobs_and_kl(rows, model.lm_head, targets, ref_rows, reference.lm_head,
-                                              chunk_size, temperature, with_entropy)
+    logp, ent, kl, anchor = _chunked(rows, model.lm_head, targets, chunk_size, temperature, with_entropy,
+                                     ref_rows, ref_head, num_chunks=num_chunks, filler=hidden[0, -1:])
     full = torch.zeros(mask.shape, dtype=torch.float32, device=hidden.device)
-    logprobs = full.index_put((b_idx, t_idx), logp)
-    if not targets.numel() and torch.is_grad_enabled():
-        # No response token (a rank's padding groups): keep the backbone and the head in the graph with
-        # zero gradients, so this rank's backward runs FSDP's gradient collectives like the others'.
-        logprobs = logprobs + 0.0 * model.lm_head(hidden[:, -1]).float().sum()
+    logprobs = full.index_put((b_idx, t_idx), logp) + anchor
+    ent = ent if with_entropy else None
+    kl = kl if reference is not None else None
     entropy = full.index_put((b_idx, t_idx), ent) if ent is not None else None
     kl = full.index_put((b_idx, t_idx), kl) if kl is not None else None
     return TokenLogProbs(logprobs=logprobs, entropy=entropy, mask=mask, full_kl=kl)

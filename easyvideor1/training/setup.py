@@ -112,6 +112,7 @@ def build_run(cfg: Config) -> Run:
     optimizer = torch.optim.AdamW(params, lr=cfg.training.lr, weight_decay=cfg.training.weight_decay)
     ctx = ForwardContext(family=family, spec=spec, pad_token_id=processor.tokenizer.pad_token_id,
                          micro_batch_size=cfg.training.micro_batch_size,
+                         chunk_size=cfg.training.logprob_chunk_size,
                          # log-probs of the distribution the engine sampled from (greedy: the raw one)
                          temperature=cfg.rollout.temperature if cfg.rollout.temperature > 0 else 1.0, device=device,
                          pixel_dtype=compute_dtype)
