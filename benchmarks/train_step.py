@@ -23,7 +23,6 @@ from pathlib import Path
 
 from decode_cache import make_clip
 
-from easyvideor1.algorithms import make_kl_controller
 from easyvideor1.config import load_config
 from easyvideor1.data.loading import load_samples
 from easyvideor1.models.tiny import build_tiny_model
@@ -79,16 +78,16 @@ def main() -> None:
     for mode in ("preloaded", "cache", "decode"):
         run = build_run(cfg)  # a fresh model from disk each: every mode computes the same steps
         if mode == "cache":
-            run.frames = FrameSource(cfg.vision, work / "cache", "cache_only")
+            run.prompts.frames = FrameSource(cfg.vision, work / "cache", "cache_only")
         elif mode == "decode":
-            run.frames = FrameSource(cfg.vision, None, "realtime")
+            run.prompts.frames = FrameSource(cfg.vision, None, "realtime")
         else:
-            run.frames = PreloadedFrames(FrameSource(cfg.vision, None, "realtime"), run.loader.samples)
-        runs[mode] = (run, make_kl_controller(cfg.algorithm))
+            run.prompts.frames = PreloadedFrames(FrameSource(cfg.vision, None, "realtime"), run.loader.samples)
+        runs[mode] = run
     timed = {mode: [] for mode in runs}
     for step in range(1, 2 + args.steps):  # modes interleaved step by step: load swings hit all three
-        for mode, (run, kl) in runs.items():
-            metrics = train_step(run, step, kl)
+        for mode, run in runs.items():
+            metrics = train_step(run, step)
             if step > 1:  # step 1 warms up
                 timed[mode].append(metrics)
     results = {mode: {k: sum(m[k] for m in ms) / len(ms) for k in ms[0] if k.startswith("time/")}

@@ -281,7 +281,6 @@ def run_one(name: str, shape: Shape, work: Path, data: dict, args) -> dict:
     import torch.distributed as dist
     from torch.distributed.fsdp import FSDPModule
 
-    from easyvideor1.algorithms import make_kl_controller
     from easyvideor1.config import load_config
     from easyvideor1.training.setup import build_run
     from easyvideor1.training.trainer import train_step
@@ -328,7 +327,6 @@ def run_one(name: str, shape: Shape, work: Path, data: dict, args) -> dict:
          mem_after_load_gib=torch.cuda.memory_allocated() / 2**30 if cuda else None)
     counter = UpdateCounter()
     run.model.model.register_forward_pre_hook(counter.hook, with_kwargs=True)
-    kl_ctrl = make_kl_controller(cfg.algorithm)
     peak = args.peak_tflops * 1e12
     for step in range(1, args.steps + 1):
         run.step = step
@@ -338,7 +336,7 @@ def run_one(name: str, shape: Shape, work: Path, data: dict, args) -> dict:
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
         t0 = time.perf_counter()
-        m = train_step(run, step, kl_ctrl)
+        m = train_step(run, step)
         if cuda:
             torch.cuda.synchronize()
         wall = time.perf_counter() - t0

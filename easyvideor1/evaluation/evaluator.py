@@ -12,16 +12,19 @@ import asyncio
 import dataclasses
 import logging
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+from easyvideor1.data.prompts import render_prompt
 from easyvideor1.evaluation.benchmarks import get_benchmark
 from easyvideor1.evaluation.pipeline import HFBatchBackend, Item, Outcome, longest_first, run_async, run_sync_batches
 from easyvideor1.evaluation.presets import settings as preset_settings
 from easyvideor1.evaluation.report import write_report
 from easyvideor1.evaluation.results import ResultStore
 from easyvideor1.evaluation.settings import EvalSettings, template_digest
-from easyvideor1.rollout.base import Prompt, SamplingParams
+from easyvideor1.prompts import Prompt, PromptBuilder
+from easyvideor1.rollout.base import SamplingParams
 
 log = logging.getLogger(__name__)
 
@@ -76,8 +79,6 @@ class Evaluator:
         self.score_fn = None  # the benchmarks' own scorers (ROUGE for open-ended answers)
         judge = ""
         if o.judge_endpoint:
-            from functools import partial
-
             from easyvideor1.rewards import JudgeConfig, RewardConfig, score
 
             if not o.judge_model:
@@ -93,6 +94,8 @@ class Evaluator:
         if vision is not None:
             self.settings = dataclasses.replace(self.settings, vision=vision)
         self.frames = FrameSource(self.settings.vision, o.cache_dir, o.cache_mode)
+        self.prompts = PromptBuilder(self.frames, self.processor, self.family, self.spec,
+                                     render=partial(render_prompt, template_dir=o.template_dir))
         self.params = sampling_from(self.settings)
         if engine == "vllm":
             from easyvideor1.rollout.vllm_engine import AsyncVLLMBackend
@@ -112,12 +115,8 @@ class Evaluator:
             self.backend = HFBatchBackend(self.engine, o.max_batch)
 
     def prepare(self, bench, sample) -> Prompt:
-        from easyvideor1.models.inputs import build_inputs
-
-        frames = self.frames.frames_for_sample(sample)
-        text = bench.prompt(sample, self.options.template_dir)
-        inputs = build_inputs(sample, frames, text, self.processor, self.family, self.spec)
-        return Prompt(sample=sample, frames=frames, inputs=inputs)
+        """`sample`'s prompt with the benchmark's own prompt text (the shared prompt stage)."""
+        return self.prompts.build(sample, text=bench.prompt(sample, self.options.template_dir))
 
     def run(self, benchmarks: list[str]) -> dict[str, Any]:
         """Evaluate `benchmarks` (names or sample files); return {benchmark: Aggregate}."""

@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Callable, Protocol
 
 from easyvideor1.records import Rollout, Sample
-from easyvideor1.rollout.base import Prompt, RolloutEngine, SamplingParams
+from easyvideor1.prompts import Prompt
+from easyvideor1.rollout.base import RolloutEngine, SamplingParams
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,8 @@
 
     Prompt (sample + frames + model inputs) --engine.generate(n, params)--> Rollout per sample
 
-The trainer prepares frames and processor outputs once per step, as a `Prompt`, and hands the
+The prompt stage (`easyvideor1.prompts.PromptBuilder`) prepares frames and processor outputs
+once per step, as a `Prompt`, and the trainer hands the
 same objects to the engine and to its own log-prob passes, so both see identical token ids,
 grids and M-RoPE positions. Two engines implement `RolloutEngine`: `HFEngine`
 (`rollout/hf_engine.py`, batched decoding on the policy itself) and `VLLMEngine`
@@ -15,7 +16,7 @@ actually drawn from: logits with the vision pad tokens banned, divided by the te
 usual RL setting) that is `log_softmax(logits / T)` over all non-banned tokens, which the
 trainer recomputes as `log_softmax(logits / T)` over the whole vocabulary: the two differ by
 `log(1 - p(vision pad tokens))`, ~0 for trained models (a few 1e-3 for random tiny ones);
-`rollout/parity.py` reports the gap. veRL reads vLLM log-probs the same way.
+`training/parity.py` reports the gap. veRL reads vLLM log-probs the same way.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
-from easyvideor1.models.inputs import ModelInputs, build_inputs
-from easyvideor1.records import Frames, Rollout, Sample
+from easyvideor1.prompts import Prompt
+from easyvideor1.records import Rollout
 
 # Tokens an engine must never generate: a response holding them would break the strict
 # placeholder check of the trainer's forward (`models/inputs.check_placeholders`).
@@ -80,33 +81,6 @@ class SamplingParams:
         """Temperature of the log-prob convention: the sampling one, 1 when greedy. The trainer
         recomputes log-probs with this value."""
         return 1.0 if self.greedy else self.temperature
-
-
-@dataclass
-class Prompt:
-    """One prompt of a rollout step, prepared once and shared by the engine and the trainer."""
-
-    sample: Sample
-    """The sample the prompt was rendered from."""
-    frames: list[Frames]
-    """Its videos and images as given to the processor (uint8, already sampled and resized)."""
-    inputs: ModelInputs
-    """Processor outputs and M-RoPE ids of the prompt alone (`inputs.prompt_len == len(input_ids)`)."""
-    seed_offset: int | None = None
-    """First sampling seed of this prompt's responses, relative to `SamplingParams.seed` (None:
-    right after the previous prompt's). The trainer numbers it by the sample's place in the global
-    batch, so seeds depend neither on the number of ranks nor on which samples failed to load."""
-    padding: bool = False
-    """A stand-in that keeps every rank's group count equal (`empty_prompt`): never trained on."""
-
-    @property
-    def modality(self) -> str:
-        """ "video", "image", "image+video" or "text": what vision input the prompt carries."""
-        has_video = self.inputs.pixel_values_videos is not None
-        has_image = self.inputs.pixel_values is not None
-        return {(True, True): "image+video", (True, False): "video", (False, True): "image"}.get(
-            (has_video, has_image), "text"
-        )
 
 
 @runtime_checkable
@@ -166,12 +140,6 @@ def sample_seeds(counts: list[int], seed: int | None, offsets: list[int | None] 
         offset += k
     return seeds
 
-
-def empty_prompt(processor, family, spec, sample_id: str = "<padding>") -> Prompt:
-    """A text prompt with an empty user turn, cheap to run: what a rank with nothing left to do
-    decodes or trains on (fully masked) to keep the collectives of the others going."""
-    sample = Sample(problem="", answer="", problem_type="padding", problem_id=sample_id)
-    return Prompt(sample=sample, frames=[], inputs=build_inputs(sample, [], "", processor, family, spec), padding=True)
 
 
 def banned_token_ids(tokenizer) -> list[int]:

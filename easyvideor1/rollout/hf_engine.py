@@ -35,12 +35,11 @@ from easyvideor1.models.collate import collate
 from easyvideor1.models.families import Family
 from easyvideor1.models.mrope import MRopeSpec
 from easyvideor1.records import Rollout
+from easyvideor1.prompts import Prompt, empty_prompt
 from easyvideor1.rollout.base import (
-    Prompt,
     SamplingParams,
     banned_token_ids,
     counts_per_prompt,
-    empty_prompt,
     sample_seeds,
 )
 from easyvideor1.rollout.sampling import next_tokens

@@ -39,9 +39,9 @@ from pathlib import Path
 import torch
 
 from easyvideor1.records import Rollout
+from easyvideor1.prompts import Prompt
 from easyvideor1.rollout.base import (
     VISION_PAD_TOKENS,
-    Prompt,
     SamplingParams,
     banned_token_ids,
     check_no_banned,

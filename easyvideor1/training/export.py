@@ -30,5 +30,5 @@ def export_hf(run: Run, out_dir: str | Path) -> Path | None:
         model.save_pretrained(out, state_dict=state, safe_serialization=True)
     finally:
         model.config.dtype = saved_dtype
-    run.processor.save_pretrained(out)
+    run.prompts.processor.save_pretrained(out)
     return out

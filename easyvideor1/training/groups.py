@@ -1,23 +1,30 @@
 """Stage 2 of a step: prompts -> scored groups (rollout, hybrid slot, rewards, filtering).
 
-`ScoreFn(responses, samples) -> list[RewardResult]` is injected, so the trainer never
-knows which reward families exist; the rewards package's batch scorer is the default.
+`RolloutStage` holds what this stage needs (engine, group size, hybrid mode, scorer, sampling
+settings) once per run. `ScoreFn(responses, samples) -> list[RewardResult]` is injected, so
+the trainer never knows which reward families exist; the rewards package's batch scorer is
+the default.
+
+Under data parallelism every rank's stage ends with the same number of groups (padding groups
+stand in for samples that failed, and dynamic sampling runs rounds until every rank is full),
+so the update's collectives stay in step.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 
 from easyvideor1 import distributed
 from easyvideor1.algorithms import BatchFiller, GroupFilter, filter_groups
 from easyvideor1.algorithms.config import AlgorithmConfig
-from easyvideor1.config import HybridConfig
+from easyvideor1.config import HybridConfig, RolloutConfig
+from easyvideor1.prompts import Prompt
 from easyvideor1.records import RewardResult, Rollout, Sample
-from easyvideor1.rollout.base import Prompt, RolloutEngine, SamplingParams
+from easyvideor1.rollout.base import RolloutEngine, SamplingParams
 from easyvideor1.training.hybrid import HybridCounters, fill_groups, online_count
 
 ScoreFn = Callable[[list[str], list[Sample]], list[RewardResult]]
@@ -31,6 +38,14 @@ class ScoredGroups:
     hybrid: HybridCounters = field(default_factory=HybridCounters)
     filter_metrics: dict[str, float] = field(default_factory=dict)
 
+    def add(self, other: ScoredGroups, groups: list[int]) -> None:
+        """Take `other`'s groups `groups` (indices) and its hybrid counts."""
+        for g in groups:
+            self.prompts.append(other.prompts[g])
+            self.groups.append(other.groups[g])
+            self.results.append(other.results[g])
+        self.hybrid.merge(other.hybrid)
+
 
 def _score(groups: list[list[Rollout]], prompts: list[Prompt], score_fn: ScoreFn) -> list[list[RewardResult]]:
     flat = [(g, r) for g, grp in enumerate(groups) for r in grp]
@@ -41,49 +56,81 @@ def _score(groups: list[list[Rollout]], prompts: list[Prompt], score_fn: ScoreFn
     return out
 
 
-def generate_scored_groups(prompts: list[Prompt], engine: RolloutEngine, params: SamplingParams, n: int,
-                           hybrid: HybridConfig, score_fn: ScoreFn, tokenizer, end_token: str) -> ScoredGroups:
-    """Generate each prompt's group, place offline trajectories, and score every response."""
-    counts = [online_count(p.sample, n, hybrid) for p in prompts]
-    # Under FSDP an HF engine decodes in lockstep: a rank with no prompt still joins the call.
-    online = engine.generate(prompts, counts, params) if prompts or distributed.is_distributed() else []
-    online_results = _score(online, prompts, score_fn)
-    counters = HybridCounters()
-    accuracy = [[r.accuracy for r in res] for res in online_results]
-    groups = fill_groups([p.sample for p in prompts], online, accuracy, hybrid, tokenizer, end_token,
-                         params.max_tokens, counters)
-    # Offline trajectories sit after the kept online responses of their group; score them in one call.
-    kept = [sum(not r.offline for r in grp) for grp in groups]
-    offline_results = _score([grp[k:] for grp, k in zip(groups, kept)], prompts, score_fn)
-    results = [online_results[g][:k] + offline_results[g] for g, k in enumerate(kept)]
-    counters.offline_reward_sum = sum(x.overall for res in offline_results for x in res)
-    return ScoredGroups(prompts, groups, results, counters)
+def stop_token_ids(stop_tokens: list[str], tokenizer) -> tuple[int, ...]:
+    """Ids of `rollout.stop_tokens`; each must be one token of the tokenizer."""
+    vocab = tokenizer.get_vocab()
+    missing = [t for t in stop_tokens if t not in vocab]
+    if missing:
+        raise ValueError(f"rollout.stop_tokens {missing} are not single tokens of the model's tokenizer")
+    return tuple(vocab[t] for t in stop_tokens)
 
 
-def fill_filtered_batch(make_prompts: Callable[[], list[Prompt]], engine: RolloutEngine, params: SamplingParams,
-                        n: int, hybrid: HybridConfig, algo: AlgorithmConfig, score_fn: ScoreFn, tokenizer,
-                        end_token: str, target_groups: int) -> ScoredGroups:
-    """DAPO dynamic sampling: generate rounds of prompts until `target_groups` groups carry signal."""
-    filler = BatchFiller(target_groups, algo.max_filter_tries, all_full=distributed.all_true)
-    kept = ScoredGroups([], [], [])
-    while True:
-        round_ = generate_scored_groups(make_prompts(), engine, params, n, hybrid, score_fn, tokenizer, end_token)
-        values = [getattr(r, algo.filter_key, None) if algo.filter_key in ("overall", "accuracy", "format")
-                  else r.parts.get(algo.filter_key, 0.0) for res in round_.results for r in res]
-        ids = [g for g, res in enumerate(round_.results) for _ in res]
-        result = (filter_groups(torch.tensor(values, dtype=torch.float64), ids, low=algo.filter_low,
-                                high=algo.filter_high)
-                  if values else GroupFilter(torch.zeros(0, dtype=torch.bool), [], 0, 0, 0))  # nothing loaded
-        for g in result.kept_groups[:target_groups - len(kept.groups)]:
-            kept.prompts.append(round_.prompts[g])
-            kept.groups.append(round_.groups[g])
-            kept.results.append(round_.results[g])
-        for name in ("groups_evaluated", "groups_replaced", "offline_truncated"):
-            setattr(kept.hybrid, name, getattr(kept.hybrid, name) + getattr(round_.hybrid, name))
-        kept.hybrid.offline_reward_sum += round_.hybrid.offline_reward_sum
-        if filler.add(result):
-            kept.filter_metrics = {f"filter/{k}": v for k, v in filler.metrics().items()}
-            return kept
+@dataclass
+class RolloutStage:
+    """Prompts -> scored groups, with everything that takes (built once per run)."""
+
+    engine: RolloutEngine
+    score_fn: ScoreFn
+    tokenizer: object
+    end_token: str  # appended to offline trajectories, so they end like generated responses
+    rollout: RolloutConfig  # group size and sampling settings
+    hybrid: HybridConfig
+    algo: AlgorithmConfig  # dynamic-sampling settings
+    seed: int  # training.seed
+
+    def params(self, step: int, temperature: float | None = None) -> SamplingParams:
+        """The step's sampling settings (`temperature` 0: greedy, for validation and ReMax)."""
+        r = self.rollout
+        greedy = temperature == 0.0
+        return SamplingParams(temperature=r.temperature if temperature is None else temperature,
+                              top_p=1.0 if greedy else r.top_p, top_k=-1 if greedy else r.top_k,
+                              max_tokens=r.max_tokens, seed=self.seed * 1_000_003 + step,
+                              stop_token_ids=stop_token_ids(r.stop_tokens, self.tokenizer),
+                              include_stop_str_in_output=True)
+
+    def generate(self, prompts: list[Prompt], n: list[int] | int, params: SamplingParams) -> list[list[Rollout]]:
+        """The engine's responses; under FSDP an HF engine decodes in lockstep, so a rank with no
+        prompt still joins the call."""
+        return self.engine.generate(prompts, n, params) if prompts or distributed.is_distributed() else []
+
+    def score(self, prompts: list[Prompt], groups: list[list[Rollout]]) -> list[list[RewardResult]]:
+        return _score(groups, prompts, self.score_fn)
+
+    def groups(self, prompts: list[Prompt], params: SamplingParams) -> ScoredGroups:
+        """Generate each prompt's group, place offline trajectories, and score every response."""
+        n, hybrid = self.rollout.n, self.hybrid
+        online = self.generate(prompts, [online_count(p.sample, n, hybrid) for p in prompts], params)
+        online_results = self.score(prompts, online)
+        counters = HybridCounters()
+        accuracy = [[r.accuracy for r in res] for res in online_results]
+        groups = fill_groups([p.sample for p in prompts], online, accuracy, hybrid, self.tokenizer, self.end_token,
+                             params.max_tokens, counters)
+        # Offline trajectories sit after the kept online responses of their group; score them in one call.
+        kept = [sum(not r.offline for r in grp) for grp in groups]
+        offline_results = self.score(prompts, [grp[k:] for grp, k in zip(groups, kept)])
+        results = [online_results[g][:k] + offline_results[g] for g, k in enumerate(kept)]
+        counters.offline_reward_sum = sum(x.overall for res in offline_results for x in res)
+        return ScoredGroups(prompts, groups, results, counters)
+
+    def filtered_groups(self, next_prompts: Callable[[], list[Prompt]], params: SamplingParams,
+                        target_groups: int) -> ScoredGroups:
+        """DAPO dynamic sampling: rounds of prompts until every rank holds `target_groups` groups
+        that carry signal (the stop decision is taken over all ranks)."""
+        algo = self.algo
+        filler = BatchFiller(target_groups, algo.max_filter_tries, all_full=distributed.all_true)
+        kept = ScoredGroups([], [], [])
+        while True:
+            round_ = self.groups(next_prompts(), params)
+            values = [getattr(r, algo.filter_key, None) if algo.filter_key in ("overall", "accuracy", "format")
+                      else r.parts.get(algo.filter_key, 0.0) for res in round_.results for r in res]
+            ids = [g for g, res in enumerate(round_.results) for _ in res]
+            result = (filter_groups(torch.tensor(values, dtype=torch.float64), ids, low=algo.filter_low,
+                                    high=algo.filter_high)
+                      if values else GroupFilter(torch.zeros(0, dtype=torch.bool), [], 0, 0, 0))  # nothing loaded
+            kept.add(round_, result.kept_groups[:target_groups - len(kept.groups)])
+            if filler.add(result):
+                kept.filter_metrics = {f"filter/{k}": v for k, v in filler.metrics().items()}
+                return kept
 
 
 def pad_groups(scored: ScoredGroups, count: int, padding: Prompt, n: int) -> ScoredGroups:
@@ -120,13 +167,13 @@ def reward_metrics(scored: ScoredGroups, gather=None) -> dict[str, float]:
             values["response/clipped"].append(float(r.finish_reason == "length"))
             values["reward/errors"].append(float(x.error is not None))
     h = scored.hybrid
-    for name in ("groups_evaluated", "groups_replaced", "offline_truncated"):
+    for name in HybridCounters.COUNTS:
         values[f"hybrid/{name}"] = [1.0] * getattr(h, name)  # counted by length after the gather
     if gather is not None:
         values = gather(values)
     out = {k: sum(v) / len(v) for k, v in values.items() if v and not k.startswith("hybrid/")}
     out["reward/errors"] = sum(values.get("reward/errors", []))
-    for name in ("groups_evaluated", "groups_replaced", "offline_truncated"):
+    for name in HybridCounters.COUNTS:
         out[f"hybrid/{name}"] = float(len(values.get(f"hybrid/{name}", [])))
     offline = values.get("hybrid/offline_reward", [])
     out["hybrid/offline_reward"] = sum(offline) / len(offline) if offline else 0.0

@@ -29,6 +29,16 @@ class HybridCounters:
     offline_reward_sum: float = 0.0  # summed by the trainer after scoring
     replaced_ids: list[str] = field(default_factory=list)
 
+    COUNTS = ("groups_evaluated", "groups_replaced", "offline_truncated")  # the logged counts
+
+    def merge(self, other: HybridCounters) -> None:
+        """Add `other`'s counts (another generation round of the same step) to these."""
+        self.groups_evaluated += other.groups_evaluated
+        self.groups_replaced += other.groups_replaced
+        self.offline_truncated += other.offline_truncated
+        self.offline_reward_sum += other.offline_reward_sum
+        self.replaced_ids += other.replaced_ids
+
 
 def has_offline(sample: Sample) -> bool:
     return bool(sample.has_offline_trajectory and sample.offline_output)

@@ -1,4 +1,5 @@
-"""The metrics sink: console line, JSONL file, and TensorBoard / W&B when enabled.
+"""A step's bookkeeping: stage timers, numbers combined over ranks, and the metrics sink
+(console line, JSONL file, TensorBoard / W&B when enabled).
 
 The only module that imports tensorboard or wandb (lazily, when enabled).
 """
@@ -8,10 +9,48 @@ from __future__ import annotations
 import json
 import math
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from easyvideor1 import distributed
+
+
+class StageTimer:
+    """Seconds per stage of a step, as `time/<stage>` (a stage timed twice adds up)."""
+
+    def __init__(self):
+        self.times: dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, name: str):
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.add(name, time.perf_counter() - start)
+
+    def add(self, name: str, seconds: float) -> None:
+        self.times[f"time/{name}"] = self.times.get(f"time/{name}", 0.0) + seconds
+
+
+class StepMetrics:
+    """One step's numbers: `glob` ones are already over every rank (the same on each), `local`
+    ones are this rank's and get averaged over the ranks by `finish`."""
+
+    def __init__(self):
+        self.timer = StageTimer()
+        self.glob: dict[str, float] = {}
+        self.local: dict[str, float] = {}
+
+    def finish(self, tokens: int, world: int) -> dict[str, float]:
+        """All numbers of the step: timers, step time and throughput (all ranks' tokens) included."""
+        step_time = sum(self.timer.times.values())
+        local = {**self.local, **self.timer.times, "time/step": step_time,
+                 "perf/tokens_per_s": tokens / max(step_time, 1e-9)}
+        out = {**self.glob, **mean_over_ranks(local)}
+        out["perf/tokens_per_s"] *= world  # every rank processed its share in that time
+        return out
 
 
 class MetricsSink:

@@ -9,7 +9,6 @@ recomputed) and their results are moved into response space by `to_response_spac
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import torch
 
@@ -18,10 +17,8 @@ from easyvideor1.models.families import Family
 from easyvideor1.models.inputs import ModelInputs, append_response
 from easyvideor1.models.logprobs import sequence_logprobs
 from easyvideor1.models.mrope import MRopeSpec
+from easyvideor1.prompts import Prompt
 from easyvideor1.records import RewardResult, Rollout
-
-if TYPE_CHECKING:
-    from easyvideor1.rollout.base import Prompt
 
 
 @dataclass
@@ -45,8 +42,9 @@ class RolloutBatch:
         return len(self.rollouts)
 
 
-def make_batch(prompts: list[Prompt], groups: list[list[Rollout]]) -> RolloutBatch:
-    """Flatten groups (one per prompt) into a RolloutBatch."""
+def make_batch(prompts: list[Prompt], groups: list[list[Rollout]],
+               results: list[RewardResult] | None = None) -> RolloutBatch:
+    """Flatten groups (one per prompt) into a RolloutBatch (`results`: their scores, flattened)."""
     rollouts = [r for g in groups for r in g]
     if not rollouts:
         raise ValueError("no responses in this step (every prompt failed?)")
@@ -61,7 +59,8 @@ def make_batch(prompts: list[Prompt], groups: list[list[Rollout]]) -> RolloutBat
             behaviour[i, :len(r.logprobs)] = torch.as_tensor(r.logprobs)
     group_ids = torch.tensor([g for g, grp in enumerate(groups) for _ in grp], dtype=torch.long)
     offline = torch.tensor([r.offline for r in rollouts], dtype=torch.bool)
-    return RolloutBatch(prompts, rollouts, group_ids, ids, mask, offline, behaviour_log_probs=behaviour)
+    return RolloutBatch(prompts, rollouts, group_ids, ids, mask, offline, results=list(results or []),
+                        behaviour_log_probs=behaviour)
 
 
 def to_response_space(values: torch.Tensor, mask: torch.Tensor, lengths: torch.Tensor, width: int) -> torch.Tensor:

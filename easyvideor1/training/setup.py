@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import math
 import random
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -12,18 +13,21 @@ import torch
 
 from easyvideor1.config import Config
 from easyvideor1.config_tree import to_dict
+from easyvideor1.data.prompts import render_prompt
 from easyvideor1.data.loading import load_samples
+from easyvideor1.algorithms import make_kl_controller
 from easyvideor1.models.families import family_of
 from easyvideor1.models.loading import load_policy, load_processor, load_reference, resolve_dtype
 from easyvideor1.models.mrope import mrope_spec
 from easyvideor1.records import Sample
 from easyvideor1.rewards.batch import ScoringPool, score_batch
-from easyvideor1.rollout.base import empty_prompt
+from easyvideor1.prompts import PromptBuilder
 from easyvideor1.training.fsdp import init_distributed, shard
+from easyvideor1.training.groups import RolloutStage
 from easyvideor1.training.loader import PromptLoader
 from easyvideor1.training.metrics import MetricsSink
 from easyvideor1.training.sequences import ForwardContext
-from easyvideor1.training.trainer import Run
+from easyvideor1.training.run import Run
 from easyvideor1.vision.cache import FrameSource
 
 log = logging.getLogger(__name__)
@@ -120,12 +124,16 @@ def build_run(cfg: Config) -> Run:
     Path(cfg.logging.out_dir).mkdir(parents=True, exist_ok=True)
     sink = MetricsSink(cfg.logging.out_dir, cfg.logging.tensorboard, cfg.logging.wandb, cfg.logging.wandb_project,
                        config=to_dict(cfg), enabled=rank == 0)
-    return Run(cfg=cfg, model=model, reference=reference, engine=engine, processor=processor, ctx=ctx, frames=frames,
-               score_fn=make_score_fn(cfg), optimizer=optimizer, scheduler=make_scheduler(optimizer, cfg),
-               loader=PromptLoader(train_samples, cfg.training.rollout_batch_size, cfg.training.seed,
-                                   cfg.data.shuffle),
-               padding=empty_prompt(processor, family, spec), val_samples=val_samples, sink=sink, rank=rank, world=world,
-               end_token=_end_token(processor))
+    prompts = PromptBuilder(frames, processor, family, spec,
+                            render=partial(render_prompt, template_dir=cfg.data.template_dir),
+                            max_prompt_tokens=cfg.data.max_prompt_tokens)
+    rollouts = RolloutStage(engine, make_score_fn(cfg), processor.tokenizer, _end_token(processor), cfg.rollout,
+                            cfg.hybrid, cfg.algorithm, cfg.training.seed)
+    return Run(cfg=cfg, model=model, reference=reference, optimizer=optimizer,
+               scheduler=make_scheduler(optimizer, cfg), kl=make_kl_controller(cfg.algorithm),
+               loader=PromptLoader(train_samples, cfg.training.rollout_batch_size, cfg.training.seed, cfg.data.shuffle),
+               prompts=prompts, rollouts=rollouts, ctx=ctx, padding=prompts.empty(), val_samples=val_samples,
+               sink=sink, rank=rank, world=world)
 
 
 def _end_token(processor) -> str:

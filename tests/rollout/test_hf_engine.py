@@ -157,7 +157,7 @@ def test_package_imports_without_vllm():
     """Only vllm_engine.py touches vllm, and only when an engine is built."""
     code = (
         "import sys; sys.modules['vllm'] = None\n"
-        "import easyvideor1.rollout.base, easyvideor1.rollout.hf_engine, easyvideor1.rollout.parity\n"
+        "import easyvideor1.rollout.base, easyvideor1.rollout.hf_engine, easyvideor1.training.parity\n"
         "from easyvideor1.rollout.vllm_engine import VLLMEngine\n"
         "try:\n    VLLMEngine('/nonexistent')\nexcept ImportError as e:\n    print('ERR', e)\n"
     )

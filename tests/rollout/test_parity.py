@@ -11,7 +11,7 @@ from easyvideor1.models.inputs import append_response
 from easyvideor1.records import Rollout
 from easyvideor1.rollout.base import SamplingParams
 from easyvideor1.rollout.hf_engine import HFEngine
-from easyvideor1.rollout.parity import parity_report, trainer_logprob_fn
+from easyvideor1.training.parity import parity_report, trainer_logprob_fn
 
 
 def test_report_by_hand(hf_tiny_dirs):

@@ -25,7 +25,7 @@ from rollout_helpers import (
 from easyvideor1.records import Rollout
 from easyvideor1.rollout.base import RolloutEngine, SamplingParams, check_no_banned
 from easyvideor1.rollout.hf_engine import HFEngine
-from easyvideor1.rollout.parity import parity_report, trainer_logprob_fn
+from easyvideor1.training.parity import parity_report, trainer_logprob_fn
 
 pytestmark = pytest.mark.vllm
 

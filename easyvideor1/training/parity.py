@@ -1,11 +1,13 @@
-"""Parity check between a rollout engine and the trainer, per modality.
+"""Parity check between a rollout engine and the trainer, per modality: the one home of it.
 
 PPO-style ratios divide the trainer's recomputed probabilities by the engine's. If the two
 disagree for reasons other than the weight update (different M-RoPE numbering, a processor
-that resized frames, a bf16 kernel), the ratios are biased from the first step. This module
-recomputes the trainer-side log-probs of a rollout batch and reports, per modality of the
-prompt (video / image / image+video / text), the max and mean absolute gap to the engine's
-behaviour log-probs, plus whether each response's text re-tokenizes to its token ids.
+that resized frames, a bf16 kernel), the ratios are biased from the first step. Both uses
+compare the engine's behaviour log-probs with the trainer's log-prob pass
+(`training.sequences.all_logprobs`) through `modality_gaps`, per modality of the prompt
+(video / image / image+video / text): `parity_metrics` inside the loop (on the old log-probs
+the step computes anyway), `parity_report` on any engine's rollouts (it runs the pass itself),
+also saying whether each response's text re-tokenizes to its token ids.
 
 Expected gaps: ~1e-6 in float32 when weights are in sync and the sampling used no top-k/top-p
 (the engines ban vision pad tokens, which adds `log(1 - p(pad tokens))`: a few 1e-3 for random
@@ -18,13 +20,11 @@ from collections.abc import Callable
 
 import torch
 
-from easyvideor1.models.collate import collate
 from easyvideor1.models.families import Family
-from easyvideor1.models.inputs import append_response
-from easyvideor1.models.logprobs import sequence_logprobs
 from easyvideor1.models.mrope import MRopeSpec
+from easyvideor1.prompts import Prompt
 from easyvideor1.records import Rollout
-from easyvideor1.rollout.base import Prompt
+from easyvideor1.training.sequences import ForwardContext, RolloutBatch, all_logprobs, make_batch
 
 LogprobFn = Callable[[list[Prompt], list[Rollout]], list[torch.Tensor]]
 
@@ -37,23 +37,16 @@ def trainer_logprob_fn(
     temperature: float = 1.0,
     max_batch_size: int = 16,
 ) -> LogprobFn:
-    """The trainer's log-prob pass as a `logprob_fn`: prompt + response through
-    `append_response` (our position ids), right-padded `collate`, `sequence_logprobs` at
+    """The trainer's log-prob pass (`all_logprobs`, the loop's own) as a `logprob_fn`, at
     `temperature` (use `SamplingParams.logprob_temperature`)."""
 
     def fn(prompts: list[Prompt], rollouts: list[Rollout]) -> list[torch.Tensor]:
-        out: list[torch.Tensor] = []
         param = next(model.parameters())
-        for start in range(0, len(rollouts), max_batch_size):
-            chunk = range(start, min(start + max_batch_size, len(rollouts)))
-            items = [append_response(prompts[k].inputs, rollouts[k].token_ids, spec) for k in chunk]
-            batch = collate(items, family, spec, pad_token_id, padding_side="right")
-            batch = batch.to(param.device, dtype=param.dtype)
-            with torch.no_grad():
-                scored = sequence_logprobs(model, batch, temperature=temperature)
-            for (row, begin, end), it in zip(batch.seq_spans, items):
-                out.append(scored.logprobs[row, begin + it.prompt_len : end].float().cpu())
-        return out
+        ctx = ForwardContext(family=family, spec=spec, pad_token_id=pad_token_id, micro_batch_size=max_batch_size,
+                             temperature=temperature, device=param.device, pixel_dtype=param.dtype)
+        batch = make_batch(prompts, [[r] for r in rollouts])
+        logps = all_logprobs(model, batch, ctx)
+        return [logps[i, : len(r.token_ids)].float() for i, r in enumerate(rollouts)]
 
     return fn
 
@@ -66,6 +59,35 @@ def _gap_stats(gaps: list[torch.Tensor], responses: int) -> dict[str, float]:
         "tokens": int(flat.numel()),
         "responses": responses,
     }
+
+
+def modality_gaps(gaps: list[tuple[str, torch.Tensor]]) -> dict[str, dict]:
+    """`{modality: {max_abs_gap, mean_abs_gap, tokens, responses}, ..., "all": {...}}` from each
+    response's modality and absolute per-token gap."""
+    per_modality: dict[str, list[torch.Tensor]] = {}
+    for modality, gap in gaps:
+        per_modality.setdefault(modality, []).append(gap)
+    report = {m: _gap_stats(g, len(g)) for m, g in sorted(per_modality.items())}
+    report["all"] = _gap_stats([g for _, g in gaps], len(gaps))
+    return report
+
+
+def parity_metrics(batch: RolloutBatch) -> dict[str, float]:
+    """The loop's parity metrics: `parity/max_gap/<modality>` and `parity/mean_gap/<modality>` of the
+    engine's log-probs against the step's old log-probs (generated responses only)."""
+    gaps = []
+    for i, r in enumerate(batch.rollouts):
+        if r.offline or r.logprobs is None or not r.token_ids:
+            continue
+        n = len(r.token_ids)
+        modality = batch.prompts[int(batch.group_ids[i])].modality
+        gaps.append((modality, (batch.behaviour_log_probs[i, :n] - batch.old_log_probs[i, :n]).abs()))
+    out = {}
+    for modality, stats in modality_gaps(gaps).items():
+        if modality != "all":
+            out[f"parity/max_gap/{modality}"] = stats["max_abs_gap"]
+            out[f"parity/mean_gap/{modality}"] = stats["mean_abs_gap"]
+    return out
 
 
 def _retokenizes(tokenizer, rollout: Rollout) -> bool:
@@ -99,8 +121,7 @@ def parity_report(
                 flat_prompts.append(prompt)
                 flat_rollouts.append(r)
     recomputed = logprob_fn(flat_prompts, flat_rollouts)
-    per_modality: dict[str, list[torch.Tensor]] = {}
-    counts: dict[str, int] = {}
+    gaps = []
     for prompt, r, lp in zip(flat_prompts, flat_rollouts, recomputed):
         lp = torch.as_tensor(lp, dtype=torch.float32).flatten()
         if len(lp) != len(r.token_ids) or len(r.logprobs) != len(r.token_ids):
@@ -108,11 +129,8 @@ def parity_report(
                 f"sample {prompt.sample.problem_id!r}: {len(r.token_ids)} response tokens but "
                 f"{len(r.logprobs)} engine and {len(lp)} recomputed log-probs"
             )
-        gap = (lp - torch.tensor(r.logprobs, dtype=torch.float32)).abs()
-        per_modality.setdefault(prompt.modality, []).append(gap)
-        counts[prompt.modality] = counts.get(prompt.modality, 0) + 1
-    report: dict = {m: _gap_stats(g, counts[m]) for m, g in sorted(per_modality.items())}
-    report["all"] = _gap_stats([g for gs in per_modality.values() for g in gs], len(flat_rollouts))
+        gaps.append((prompt.modality, (lp - torch.tensor(r.logprobs, dtype=torch.float32)).abs()))
+    report: dict = modality_gaps(gaps)
     if tokenizer is not None:
         same = [_retokenizes(tokenizer, r) for group in rollouts for r in group]
         report["retokenize_agreement"] = sum(same) / len(same) if same else 1.0

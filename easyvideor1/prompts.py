@@ -1,0 +1,116 @@
+"""The prompt stage: sample -> frames -> template text -> processor outputs, in one place.
+
+    PromptBuilder(frames, processor, family, spec, render, max_prompt_tokens).build(sample) -> Prompt
+
+Training, validation and evaluation all build their prompts with a `PromptBuilder` made once
+per run, and hand the same `Prompt` objects to the rollout engine and to every log-prob pass
+of the step, so engine and trainer see identical token ids, grids and M-RoPE positions (and
+frames are decoded once, not once per stage as upstream). A sample whose media cannot be
+read, or whose prompt does not fit, is a `PromptFailure` naming it and the reason; the rest of
+the batch goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from easyvideor1.models.families import Family
+from easyvideor1.models.inputs import ModelInputs, build_inputs
+from easyvideor1.models.mrope import MRopeSpec
+from easyvideor1.records import Frames, Sample
+from easyvideor1.vision.cache import CacheError, FrameSource
+from easyvideor1.vision.decode import MediaError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Prompt:
+    """One prepared prompt, shared by the engine and the trainer."""
+
+    sample: Sample
+    """The sample the prompt was rendered from."""
+    frames: list[Frames]
+    """Its videos and images as given to the processor (uint8, already sampled and resized)."""
+    inputs: ModelInputs
+    """Processor outputs and M-RoPE ids of the prompt alone (`inputs.prompt_len == len(input_ids)`)."""
+    seed_offset: int | None = None
+    """First sampling seed of this prompt's responses, relative to `SamplingParams.seed` (None:
+    right after the previous prompt's). The trainer numbers it by the sample's place in the global
+    batch, so seeds depend neither on the number of ranks nor on which samples failed to load."""
+    padding: bool = False
+    """A stand-in that keeps every rank's group count equal (`PromptBuilder.empty`): never trained on."""
+
+    @property
+    def modality(self) -> str:
+        """ "video", "image", "image+video" or "text": what vision input the prompt carries."""
+        has_video = self.inputs.pixel_values_videos is not None
+        has_image = self.inputs.pixel_values is not None
+        return {(True, True): "image+video", (True, False): "video", (False, True): "image"}.get(
+            (has_video, has_image), "text"
+        )
+
+
+@dataclass
+class PromptFailure:
+    """A sample that could not be prepared, and why (the message says what to do)."""
+
+    sample_id: str
+    reason: str
+
+
+def empty_prompt(processor, family: Family, spec: MRopeSpec, sample_id: str = "<padding>") -> Prompt:
+    """A text prompt with an empty user turn, cheap to run: what a rank with nothing left to do
+    decodes or trains on (fully masked) to keep the collectives of the others going."""
+    sample = Sample(problem="", answer="", problem_type="padding", problem_id=sample_id)
+    return Prompt(sample=sample, frames=[], inputs=build_inputs(sample, [], "", processor, family, spec), padding=True)
+
+
+@dataclass
+class PromptBuilder:
+    """Builds `Prompt`s for one model and one frame budget; made once, used for every sample."""
+
+    frames: FrameSource
+    """Where frames come from: the cache, or decoding (and the vision budget)."""
+    processor: Any
+    """The model's processor (tokenizer + image and video processors)."""
+    family: Family
+    """The model family (frame-size multiple, processor quirks)."""
+    spec: MRopeSpec
+    """The model's M-RoPE layout, for the position ids."""
+    render: Callable[[Sample], str]
+    """Sample -> user prompt text (the task's Jinja template, or a benchmark's own prompt)."""
+    max_prompt_tokens: int | None = None
+    """Longer prompts are failures (None: no limit)."""
+
+    def build(self, sample: Sample, text: str | None = None, seed_offset: int | None = None) -> Prompt:
+        """The prompt of `sample` (`text` replaces the rendered one); raises `MediaError`,
+        `CacheError` or `ValueError` naming the sample when it cannot be built."""
+        media = self.frames.frames_for_sample(sample)
+        text = self.render(sample) if text is None else text
+        inputs = build_inputs(sample, media, text, self.processor, self.family, self.spec, self.max_prompt_tokens)
+        return Prompt(sample=sample, frames=media, inputs=inputs, seed_offset=seed_offset)
+
+    def build_many(self, samples: list[Sample], seed_slots: tuple[int, int] | None = None
+                   ) -> tuple[list[Prompt], list[PromptFailure]]:
+        """Every sample that can be prepared, and why the others cannot (each logged by id).
+
+        `seed_slots=(first, stride)`: sample i's prompt gets `seed_offset = first + i * stride`, so its
+        sampling seeds follow from its place in the global batch, whatever failed before it.
+        """
+        prompts, failures = [], []
+        for i, sample in enumerate(samples):
+            offset = None if seed_slots is None else seed_slots[0] + i * seed_slots[1]
+            try:
+                prompts.append(self.build(sample, seed_offset=offset))
+            except (MediaError, CacheError, ValueError) as e:
+                failures.append(PromptFailure(sample.problem_id, str(e)))
+                log.warning("sample %s skipped: %s", sample.problem_id, e)
+        return prompts, failures
+
+    def empty(self, sample_id: str = "<padding>") -> Prompt:
+        """`empty_prompt` for this model."""
+        return empty_prompt(self.processor, self.family, self.spec, sample_id)

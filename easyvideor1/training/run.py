@@ -1,0 +1,45 @@
+"""`Run`: what one training run holds between steps, built once by `training.setup.build_run`.
+
+The loop (`training.trainer`) and validation (`training.validation`) read it; each stage
+takes the pieces it needs: the prompt stage (`prompts.PromptBuilder`), the rollout stage
+(`training.groups.RolloutStage`: engine, scorer, sampling), the models and the optimizer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from easyvideor1.algorithms.kl import KLController
+from easyvideor1.config import Config
+from easyvideor1.prompts import Prompt, PromptBuilder
+from easyvideor1.records import Sample
+from easyvideor1.training.groups import RolloutStage
+from easyvideor1.training.loader import PromptLoader
+from easyvideor1.training.metrics import MetricsSink
+from easyvideor1.training.sequences import ForwardContext
+
+
+@dataclass
+class Run:
+    """Everything one training run uses; a test can build one with a tiny model or another engine."""
+
+    cfg: Config
+    model: torch.nn.Module  # the policy (FSDP2-sharded when a process group exists)
+    reference: torch.nn.Module | None  # frozen reference (None when KL is off)
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    kl: KLController  # the KL coefficient (adaptive: state that lives across steps)
+    loader: PromptLoader
+    prompts: PromptBuilder  # sample -> Prompt (frames, template, processor), for every stage
+    rollouts: RolloutStage  # prompts -> scored groups (engine, scorer, sampling)
+    ctx: ForwardContext  # what the log-prob passes need
+    padding: Prompt  # fully masked stand-in for samples that failed (`PromptBuilder.empty`)
+    val_samples: list[Sample] = field(default_factory=list)
+    sink: MetricsSink | None = None
+    rank: int = 0
+    world: int = 1
+    step: int = 0
+    history: list[dict[str, float]] = field(default_factory=list)
