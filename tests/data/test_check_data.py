@@ -54,7 +54,7 @@ def test_cli_exit_status(folder):
     good.write_text(json.dumps(dict(GOOD, problem_id="g")) + "\n")
     bad.write_text(json.dumps(dict(GOOD, problem_id="b", videos=["gone.mp4"])) + "\n")
     cmd = [sys.executable, "-m", "easyvideor1.cli", "check-data"]
-    ok = subprocess.run(cmd + [str(good)], capture_output=True, text=True)
+    ok = subprocess.run(cmd + [str(good)], capture_output=True, text=True, timeout=600)  # ends a hang only
     assert ok.returncode == 0 and "1 records checked: OK" in ok.stdout
-    fail = subprocess.run(cmd + [str(bad)], capture_output=True, text=True)
+    fail = subprocess.run(cmd + [str(bad)], capture_output=True, text=True, timeout=600)
     assert fail.returncode == 1 and "gone.mp4" in fail.stdout and "1 bad record(s)" in fail.stdout

@@ -42,7 +42,9 @@ def test_freeze_vision_and_gradient_checkpointing(tiny_dirs):
         loss = -sequence_logprobs(model, batch).logprobs.sum()
         loss.backward()
         losses.append(loss.detach())
-    torch.testing.assert_close(losses[0], losses[1], rtol=0, atol=1e-6)
+    # Same batch, same shapes (bitwise equal where measured); the tolerance, relative to this
+    # sum of log-probs (~14), only absorbs kernel-level reordering of the checkpointed re-run.
+    torch.testing.assert_close(losses[0], losses[1], rtol=1e-6, atol=0)
     assert all(p.grad is None for p in vision_tower(frozen).parameters())
     head = dict(frozen.named_parameters())["lm_head.weight"].grad
     torch.testing.assert_close(head, plain.lm_head.weight.grad, rtol=1e-5, atol=1e-7)

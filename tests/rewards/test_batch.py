@@ -47,21 +47,34 @@ def mixed():
     return responses, samples
 
 
-def test_pool_with_timeout_and_errors(caplog):
+# The pool's per-sample limit in these tests. A sample's clock starts when it is handed to a
+# worker, so a fresh worker's start-up counts (~0.5 s idle, a few seconds with the cores busy);
+# the limit must stay well above that, and the hanging sample costs exactly this long.
+POOL_TIMEOUT_S = 10
+
+
+@pytest.fixture
+def scratch(tmp_path, monkeypatch):
+    """The pool's scratch folders (and so its sandboxes' homes) go under this test's tmp_path:
+    other test runs on the same machine have sandboxes and scratch folders of their own."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    return tmp_path
+
+
+def test_pool_with_timeout_and_errors(caplog, scratch):
     responses, samples = mixed()
     cfg = RewardConfig(code_timeout_s=60)  # the sandbox would wait: the pool's limit must cut it
-    start = time.monotonic()
     with caplog.at_level(logging.WARNING):
-        results = score_batch(responses, samples, cfg, workers=2, timeout_s=3)
-    assert time.monotonic() - start < 15
+        results = score_batch(responses, samples, cfg, workers=2, timeout_s=POOL_TIMEOUT_S)
+    # (HANG sleeps 60 s: its TimeoutError below can only come from the pool's limit)
     assert [r.accuracy for r in results] == [1.0, 0.0, 0.0, 0.0, 0.5]
     assert results[0].overall == pytest.approx(1.0) and results[1].overall == pytest.approx(0.1)
     assert "TimeoutError" in results[2].error and "'slow'" in results[2].error
     assert "ValueError" in results[3].error and "'broken'" in results[3].error
     assert results[0].error is None and results[4].error is None
     assert "'slow'" in caplog.text and "'broken'" in caplog.text  # logged, not silent
-    assert _sandbox_processes_gone(), "the timed-out sample's sandbox process outlived its worker"
-    assert not glob.glob(os.path.join(tempfile.gettempdir(), "ev1-score-*"))
+    assert _sandbox_processes_gone(scratch), "the timed-out sample's sandbox process outlived its worker"
+    assert not glob.glob(os.path.join(scratch, "ev1-score-*"))
 
     metrics = metrics_by_type(results, samples)
     assert metrics["multiple choice"].count == 2 and metrics["multiple choice"].errors == 1
@@ -70,18 +83,23 @@ def test_pool_with_timeout_and_errors(caplog):
     assert metrics["all"].format == pytest.approx((1 + 1 + 0 + 0 + 1) / 5)
 
 
-def _sandbox_processes_gone(wait_s=3.0):
+def _sandbox_processes_gone(scratch, wait_s=60.0):
+    """True as soon as no sandbox process whose home lies under `scratch` is alive (a poll:
+    `wait_s` only bounds how long a kill may take to land)."""
+    home = f"HOME={scratch}{os.sep}".encode()
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
         alive = []
-        for path in glob.glob("/proc/[0-9]*/cmdline"):
+        for proc in glob.glob("/proc/[0-9]*"):
             try:
-                with open(path, "rb") as f:
+                with open(f"{proc}/cmdline", "rb") as f:
                     cmdline = f.read()
+                with open(f"{proc}/environ", "rb") as f:
+                    environ = f.read()
             except OSError:
                 continue
-            if b"RLIMIT_AS" in cmdline and b"SETUP" in cmdline:
-                alive.append(path)
+            if b"RLIMIT_AS" in cmdline and b"SETUP" in cmdline and home in environ:
+                alive.append(proc)
         if not alive:
             return True
         time.sleep(0.1)
@@ -94,9 +112,9 @@ def test_in_process_matches_pool():
     assert score_batch(responses, samples, workers=0) == score_batch(responses, samples, workers=2)
 
 
-def test_pool_is_reused_and_replaces_a_killed_worker():
+def test_pool_is_reused_and_replaces_a_killed_worker(scratch):
     responses, samples = mixed()
-    with ScoringPool(RewardConfig(code_timeout_s=60), workers=2, timeout_s=2) as pool:
+    with ScoringPool(RewardConfig(code_timeout_s=60), workers=2, timeout_s=POOL_TIMEOUT_S) as pool:
         pids = sorted(slot.proc.pid for slot in pool._slots)
         first = pool.score(responses[:2], samples[:2])
         assert sorted(slot.proc.pid for slot in pool._slots) == pids  # same workers, no respawn
@@ -104,7 +122,7 @@ def test_pool_is_reused_and_replaces_a_killed_worker():
         assert "TimeoutError" in second[0].error and second[1:] == first
         assert len(set(slot.proc.pid for slot in pool._slots) - set(pids)) == 1  # one replaced
         assert all(slot.proc.is_alive() for slot in pool._slots)
-    assert _sandbox_processes_gone()
+    assert _sandbox_processes_gone(scratch)
 
 
 def test_unknown_type_fails_fast_naming_the_sample():

@@ -1,7 +1,5 @@
 """Code families: Python against reference tests in the sandbox, SVG and HTML by rendering."""
 
-import time
-
 import pytest
 
 from easyvideor1.records import Sample
@@ -16,7 +14,9 @@ ADD_TESTS = [
     "assert add(0, 0) == 0",
 ]
 REFERENCE = "<answer>\n```python\ndef add(a, b):\n    return a + b\n```\n</answer>"
-FAST = RewardConfig(code_timeout_s=2)
+# Short enough that the endless loop below is cheap, far above the ~0.1-0.3 s a real run takes
+# (sandbox start included) even with the cores busy.
+FAST = RewardConfig(code_timeout_s=5)
 
 
 def code_sample(tests=ADD_TESTS, **extra):
@@ -83,10 +83,10 @@ def test_missing_tests_is_an_error_naming_the_sample():
 
 
 def test_sandbox_limits():
-    start = time.monotonic()
-    run = run_python("def f():\n    while True: pass", ["assert 1", "f()", "assert 2"], timeout_s=1)
+    # timed_out says the wall-clock kill ended the loop (no clock read here: load cannot fail it);
+    # 3 s leaves "assert 1" ample time to report first on a busy machine.
+    run = run_python("def f():\n    while True: pass", ["assert 1", "f()", "assert 2"], timeout_s=3)
     assert run.timed_out and run.passed == [True, False, False]  # results before the hang survive
-    assert time.monotonic() - start < 3
     assert (
         run_python("x = bytearray(4 * 1024**3)", ["pass"], memory_mb=256).setup_error
         == "MemoryError"

@@ -1,12 +1,11 @@
 """LLM judge: verdict parsing on recorded texts, and the HTTP client against a real local
-OpenAI-compatible server (stdlib, started here) that can delay and fail on demand.
+OpenAI-compatible server (stdlib, started here) that can hold requests and fail on demand.
 
 A test against `vllm serve` with a tiny model belongs here once the tiny models exist.
 """
 
 import json
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -46,13 +45,23 @@ def test_parse_recorded_verdicts(text, verdict):
 
 
 class Server:
-    """OpenAI-compatible /v1/chat/completions with scripted behaviour per request number."""
+    """OpenAI-compatible /v1/chat/completions with scripted behaviour per request number.
+
+    Nothing here depends on how fast the machine is: a request planned as "hold" waits until the
+    test ends (its client must time out), and with `gather` set every request waits until that
+    many have arrived, so they are all in flight at once, or until HOLD_S passed once (then the
+    rest go through, and the test's count of overlapping requests fails instead of hanging).
+    """
+
+    HOLD_S = 60.0
 
     def __init__(self):
         self.requests, self.in_flight, self.max_in_flight = [], 0, 0
-        self.lock = threading.Lock()
-        self.plan = {}  # request index -> ("delay", s) | ("status", code) | ("text", verdict)
-        self.delay = 0.0
+        self.lock = threading.Condition()  # guards the fields below; notified at each arrival
+        self.plan = {}  # request index -> ("hold", verdict) | ("status", code) | ("text", verdict)
+        self.gather = 0
+        self.gave_up = False
+        self.ended = threading.Event()  # set at teardown: releases held requests
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -66,9 +75,15 @@ class Server:
                     outer.requests.append((self.path, dict(self.headers), body))
                     outer.in_flight += 1
                     outer.max_in_flight = max(outer.max_in_flight, outer.in_flight)
+                    outer.lock.notify_all()
+                    arrived = lambda: len(outer.requests) >= outer.gather or outer.gave_up  # noqa: E731
+                    if not outer.lock.wait_for(arrived, timeout=outer.HOLD_S):
+                        outer.gave_up = True
+                        outer.lock.notify_all()
                 try:
                     kind, value = outer.plan.get(index, ("text", None))
-                    time.sleep(value if kind == "delay" else outer.delay)
+                    if kind == "hold":
+                        outer.ended.wait(outer.HOLD_S)
                     if kind == "status":
                         self.send_response(value)
                         self.end_headers()
@@ -104,13 +119,16 @@ class Server:
 def server():
     s = Server()
     yield s
+    s.ended.set()
     s.httpd.shutdown()
     s.httpd.server_close()
 
 
 def config(server, **kw):
+    # timeout_s: far above any local round trip, even on a busy machine (only
+    # test_timeout_then_retry wants timeouts, and sets its own).
     return JudgeConfig(
-        endpoint=server.url, **{"model": "judge-tiny", "backoff_s": 0.05, "timeout_s": 5.0, **kw}
+        endpoint=server.url, **{"model": "judge-tiny", "backoff_s": 0.05, "timeout_s": 120.0, **kw}
     )
 
 
@@ -133,10 +151,11 @@ def test_retry_after_server_error(server):
 
 
 def test_timeout_then_retry(server):
-    server.plan = {0: ("delay", 3.0)}
-    start = time.monotonic()
-    assert judge_one(config(server, timeout_s=0.5), "q", "kitchen", "kitchen!") == 1.0
-    assert time.monotonic() - start < 2.5 and len(server.requests) == 2
+    """The first request never answers (until teardown, when it would say "incorrect"): the
+    verdict can only come from a retry after the client's timeout."""
+    server.plan = {0: ("hold", "Verdict: incorrect")}
+    assert judge_one(config(server, timeout_s=1.0), "q", "kitchen", "kitchen!") == 1.0
+    assert len(server.requests) >= 2  # more than one retry only if a retry also timed out
 
 
 def test_failures_raise(server):
@@ -166,13 +185,13 @@ def test_disk_cache_keyed_by_prompt_and_model(server, tmp_path):
 
 
 def test_many_concurrent_with_failures_in_their_slots(server):
-    server.delay = 0.3
+    """All 8 requests are in flight at once: the server answers none before the 8th arrives
+    (a client that waited for answers would stall HOLD_S, then fail the count)."""
+    server.gather = 8
     server.plan = {3: ("status", 400)}
     items = [("q", "kitchen", "kitchen" if i % 2 else "garage") for i in range(8)]
-    start = time.monotonic()
     verdicts = judge_many(config(server, concurrency=8), items)
-    assert time.monotonic() - start < 1.5  # 8 x 0.3 s sequentially would be 2.4 s
-    assert server.max_in_flight >= 4
+    assert server.max_in_flight == 8 and not server.gave_up
     assert (
         sum(isinstance(v, JudgeError) for v in verdicts) == 1
     )  # the 4th request to arrive got a 400

@@ -1,7 +1,5 @@
 """Math: symbolic equivalence via math-verify, and the scorer timeout bound."""
 
-import time
-
 import pytest
 
 from easyvideor1.records import Sample
@@ -43,24 +41,27 @@ def test_math_format_validity():
 PATHOLOGICAL = "<think>huge</think><answer>$2^{2^{2^{2^{2^{10}}}}}$</answer>"
 
 
-def test_pathological_expression_times_out_within_the_bound():
-    cfg = RewardConfig(math_timeout_s=1)
-    start = time.monotonic()
+# Only the limit can end PATHOLOGICAL's evaluation: TimeoutError shows it fired (no clock is
+# read, so a busy machine cannot fail these). Should it ever not fire, pytest-timeout ends the
+# run; its thread method, because math-verify's limit owns SIGALRM.
+HANG_GUARD = pytest.mark.timeout(600, method="thread")
+
+
+@HANG_GUARD
+def test_pathological_expression_times_out():
     with pytest.raises(TimeoutError):
-        score(PATHOLOGICAL, problem("1"), cfg)
-    assert time.monotonic() - start < 4.0  # parse + parse + compare, each capped at 1 s
+        score(PATHOLOGICAL, problem("1"), RewardConfig(math_timeout_s=1))
 
 
+@HANG_GUARD
 def test_timeout_becomes_a_counted_error_in_batch():
     cfg = RewardConfig(math_timeout_s=1)
-    start = time.monotonic()
     results = score_batch(
         [PATHOLOGICAL, "<think>.</think><answer>1</answer>"],
         [problem("1"), problem("1")],
         cfg,
         workers=0,
     )
-    assert time.monotonic() - start < 5.0
     assert (
         results[0].error is not None
         and "m-1" in results[0].error

@@ -23,8 +23,10 @@ PROPERTY = settings(
     database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
-# Generous limits (a timeout would break determinism); a small window keeps pixel comparison cheap.
-CFG = RewardConfig(code_timeout_s=2, math_timeout_s=2, html_window=(160, 120))
+# Generous limits (a timeout would break determinism, and none of these programs or expressions
+# needs more than a fraction of a second, even on a busy machine); a small window keeps pixel
+# comparison cheap.
+CFG = RewardConfig(code_timeout_s=10, math_timeout_s=10, html_window=(160, 120))
 
 SVG = '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 10 10"><rect width="5" height="10"/></svg>'
 PAGE = '<!DOCTYPE html><html><body style="margin:0"><div style="width:50%;height:100px;background:#000"></div></body></html>'

@@ -19,6 +19,9 @@ from easyvideor1.models.tiny import build_tiny_model
 TEXT = [{"problem_id": f"text-{i}", "problem": f"What is {i} plus {i + 1}?", "answer": str(2 * i + 1),
          "problem_type": "numerical", "data_type": "text",
          "offline_output": f"<think>{i}+{i + 1}</think><answer>{2 * i + 1}</answer>"} for i in range(2)]
+# Subprocess limit: ends a hang; never reached by a slow run (these take well under a minute
+# here, a few on 2 busy cores).
+TIMEOUT_S = 1800
 
 
 def write_config(root, model, data, out, steps=2, **extra):
@@ -85,11 +88,12 @@ def test_fsdp_two_processes_equal_one_process(setup):
     cfg1 = write_config(root, model, data, one, rollout__parity_check_every=1)
     cfg2 = write_config(root, model, data, two, rollout__parity_check_every=1)
     p1 = subprocess.run([sys.executable, "-m", "easyvideor1.cli", "train", str(cfg1)], capture_output=True,
-                        text=True, env=_env(), timeout=600)
+                        text=True, env=_env(), timeout=TIMEOUT_S)
     assert p1.returncode == 0, p1.stderr[-4000:]
-    p2 = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
-                         "29517", "-m", "easyvideor1.cli", "train", str(cfg2)], capture_output=True, text=True,
-                        env=_env(), timeout=900)
+    # --standalone: the rendezvous takes a free port (a fixed one may be held by another run here)
+    p2 = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                         "-m", "easyvideor1.cli", "train", str(cfg2)], capture_output=True, text=True,
+                        env=_env(), timeout=TIMEOUT_S)
     assert p2.returncode == 0, p2.stderr[-6000:]
     w1, w2 = _weights(one), _weights(two)
     w0 = load_file(str(model / "model.safetensors"))
@@ -117,11 +121,11 @@ def test_reinforce_plus_plus_two_processes_equal_one_process(setup):
     cfgs = {k: write_config(root, model, data, out, algorithm={"preset": "reinforce_plus_plus"})
             for k, out in outs.items()}
     p1 = subprocess.run([sys.executable, "-m", "easyvideor1.cli", "train", str(cfgs["one"])], capture_output=True,
-                        text=True, env=_env(), timeout=600)
+                        text=True, env=_env(), timeout=TIMEOUT_S)
     assert p1.returncode == 0, p1.stderr[-4000:]
     p2 = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
                          "29519", "-m", "easyvideor1.cli", "train", str(cfgs["two"])], capture_output=True, text=True,
-                        env=_env(), timeout=900)
+                        env=_env(), timeout=TIMEOUT_S)
     assert p2.returncode == 0, p2.stderr[-6000:]
     w1, w2 = _weights(outs["one"]), _weights(outs["two"])
     assert set(w1) == set(w2)

@@ -12,7 +12,6 @@ fails the same samples). Every collective is recorded: the package's own all go 
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -21,19 +20,13 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from test_distributed import write_config
+from test_distributed import TIMEOUT_S, write_config
 
 from easyvideor1.data.synth import write_suite
 from easyvideor1.models.tiny import build_tiny_model
 
 HERE = Path(__file__).parent
 PACKAGE = Path(__file__).resolve().parents[2] / "easyvideor1"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -81,11 +74,11 @@ def test_failed_samples_on_one_rank_keep_ranks_in_step(setup, filtering):
     one, cfg1 = _config(root, model, data, f"one-{filtering}", filtering)
     two, cfg2 = _config(root, model, data, f"two-{filtering}", filtering)
     p1 = subprocess.run([sys.executable, "-m", "easyvideor1.cli", "train", str(cfg1)], capture_output=True,
-                        text=True, env=_env(), timeout=900)
+                        text=True, env=_env(), timeout=TIMEOUT_S)
     assert p1.returncode == 0, p1.stderr[-4000:]
-    p2 = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
-                         str(_free_port()), str(HERE / "record_collectives.py"), str(cfg2)],
-                        capture_output=True, text=True, env=_env(), timeout=900)  # a hang ends here
+    p2 = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
+                         str(HERE / "record_collectives.py"), str(cfg2)],
+                        capture_output=True, text=True, env=_env(), timeout=TIMEOUT_S)  # a hang ends here
     assert p2.returncode == 0, p2.stderr[-6000:]
     assert "corrupt-video" in p2.stderr and "too-long" in p2.stderr  # named in the warnings
 

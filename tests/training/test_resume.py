@@ -14,7 +14,7 @@ from safetensors.torch import load_file
 from easyvideor1.data.synth import write_suite
 from easyvideor1.models.tiny import build_tiny_model
 from easyvideor1.training.metrics import read_metrics
-from test_distributed import write_config
+from test_distributed import TIMEOUT_S, write_config
 
 
 def _train(cfg):
@@ -32,12 +32,12 @@ def test_sigkill_and_resume_equals_uninterrupted(tmp_path):
     killed = write_config(tmp_path, model, data, tmp_path / "killed", steps=steps, data__shuffle=True,
                           checkpoint__every=1, checkpoint__resume="auto")
     proc = _train(straight)
-    assert proc.wait(timeout=600) == 0, proc.stdout.read()[-4000:]
+    assert proc.wait(timeout=TIMEOUT_S) == 0, proc.stdout.read()[-4000:]
 
     proc = _train(killed)
     ckpts = tmp_path / "killed" / "checkpoints"
-    deadline = time.time() + 600
-    while time.time() < deadline and not (ckpts / "step-000001" / "state.pt").exists():
+    deadline = time.monotonic() + TIMEOUT_S
+    while time.monotonic() < deadline and not (ckpts / "step-000001" / "state.pt").exists():
         time.sleep(0.05)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
@@ -45,7 +45,7 @@ def test_sigkill_and_resume_equals_uninterrupted(tmp_path):
     assert done and done[-1] < f"step-{steps:06d}", f"the run finished before the kill ({done})"
     proc = _train(killed)
     out = proc.stdout.read()
-    assert proc.wait(timeout=600) == 0, out[-4000:]
+    assert proc.wait(timeout=TIMEOUT_S) == 0, out[-4000:]
     assert "resumed from" in out
 
     a = load_file(str(tmp_path / "straight" / "hf_model" / "model.safetensors"))

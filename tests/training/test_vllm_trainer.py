@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from test_distributed import write_config
+from test_distributed import TIMEOUT_S, write_config
 
 from easyvideor1.data.synth import write_suite
 from easyvideor1.models.tiny import build_tiny_model
@@ -26,7 +26,7 @@ def test_train_with_vllm_engine(tmp_path):
            "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_NUM_THREADS": "2", "VLLM_RPC_BASE_PATH": str(tmp_path),
            "VLLM_CACHE_ROOT": str(tmp_path / "vc"), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "ind")}
     proc = subprocess.run([sys.executable, "-m", "easyvideor1.cli", "train", str(cfg)], capture_output=True,
-                          text=True, env=env, timeout=600)
+                          text=True, env=env, timeout=TIMEOUT_S)
     assert proc.returncode == 0, proc.stderr[-4000:]
     rows = [json.loads(l) for l in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2]
