@@ -181,6 +181,7 @@ def parity_metrics(batch: RolloutBatch) -> dict[str, float]:
 def train_step(run: Run, step: int, kl_ctrl) -> dict[str, float]:
     cfg, timer = run.cfg, StageTimer()
     scored = rollout_stage(run, step, timer)
+    run.engine.sleep()  # the engine's memory goes to the log-prob passes and the update
     log_examples(run, step, scored)
     metrics = reward_metrics(scored, gather=gather_values)
     local: dict[str, float] = {}  # per-rank numbers, averaged over ranks below
@@ -210,6 +211,7 @@ def train_step(run: Run, step: int, kl_ctrl) -> dict[str, float]:
     if run.scheduler is not None:
         run.scheduler.step()
     with timer("sync"):
+        run.engine.wake_up()
         run.engine.update_weights(run.model)
     if batch.ref_log_probs is not None:
         if batch.old_log_probs is not None:

@@ -28,7 +28,7 @@ def validate(run: Run, step: int) -> dict[str, float]:
     prompts, failures = prepare_prompts(mine, run.frames, run.processor, run.ctx.family, run.ctx.spec,
                                         cfg.data.template_dir, cfg.data.max_prompt_tokens)
     params = sampling_params(cfg, 0, run.processor.tokenizer, temperature=cfg.rollout.val_temperature)
-    rollouts = run.engine.generate(prompts, 1, params) if prompts else []
+    rollouts = run.engine.generate(prompts, 1, params)  # every rank calls: a vLLM TP group gathers inside
     responses = [grp[0].text for grp in rollouts]
     results = run.score_fn(responses, [p.sample for p in prompts]) if prompts else []
     sums: dict[str, list[float]] = defaultdict(list)
