@@ -277,7 +277,10 @@ class VLLMEngine:
 
     def score(self, prompts: list[Prompt], responses: list[list[int]]) -> list[list[float]]:
         """Teacher-forced log-probs of `responses[i]` after `prompts[i]` under vLLM's model:
-        raw `log_softmax(logits)` (temperature 1, nothing banned), the trainer's convention."""
+        raw `log_softmax(logits)` (temperature 1, nothing banned), the trainer's convention.
+        Not for tensor-parallel groups under torchrun (no request exchange: parity tests only)."""
+        if self.tp_group is not None:
+            raise RuntimeError("VLLMEngine.score does not exchange requests within a tensor-parallel group")
         if len(prompts) != len(responses):
             raise ValueError(f"got {len(responses)} responses for {len(prompts)} prompts")
         self._wake(("weights", "kv_cache"))
