@@ -53,6 +53,7 @@ import json
 import os
 import shutil
 import tempfile
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -135,9 +136,9 @@ class VLLMEngine:
         self.model_path = Path(model_path)
         self._sync_root = weights_sync_dir
         self._sync_dir: Path | None = None
-        self._untied_dir: Path | None = None
+        self._removals: list[weakref.finalize] = []  # temp folders go with the engine, or at exit
         if untie_embeddings and _ties_embeddings(self.model_path):
-            self._untied_dir = self.model_path = _untied_view(self.model_path, weights_sync_dir)
+            self.model_path = self._temp_dir(_untied_view(self.model_path, weights_sync_dir))
         self.sleep_mode = bool(enable_sleep_mode)
         self.limits = dict(limit_mm_per_prompt or {"video": 1, "image": 2})
         if external_launcher:
@@ -268,10 +269,9 @@ class VLLMEngine:
         if llm is not None:
             llm.llm_engine.engine_core.shutdown()
             del llm
-        for folder in (self._sync_dir, self._untied_dir):
-            if folder is not None:
-                shutil.rmtree(folder, ignore_errors=True)
-        self._sync_dir = self._untied_dir = None
+        for remove in self._removals:
+            remove()
+        self._sync_dir = None
 
     # -- extra ----------------------------------------------------------------------------
 
@@ -309,7 +309,7 @@ class VLLMEngine:
         from safetensors.torch import save_file
 
         if self._sync_dir is None:
-            self._sync_dir = Path(tempfile.mkdtemp(prefix="evr1-vllm-weights-", dir=self._sync_root))
+            self._sync_dir = self._temp_dir(Path(tempfile.mkdtemp(prefix="evr1-vllm-weights-", dir=self._sync_root)))
             for f in self.model_path.iterdir():
                 if f.is_file() and not f.name.endswith((".safetensors", ".safetensors.index.json", ".bin")):
                     shutil.copy2(f, self._sync_dir / f.name)
@@ -323,6 +323,12 @@ class VLLMEngine:
         save_file(tensors, str(partial))
         os.replace(partial, self._sync_dir / "model.safetensors")
         return self._sync_dir
+
+    def _temp_dir(self, folder: Path) -> Path:
+        """`folder`, removed on `close`, when the engine is collected, or at interpreter exit
+        (the trainer never closes its engine; an untied view holds a full embedding copy)."""
+        self._removals.append(weakref.finalize(self, shutil.rmtree, str(folder), True))
+        return folder
 
     def _sampling_params(self, params: SamplingParams, n: int, seed: int | None):
         return vllm_sampling_params(self._vllm, params, n, seed, self._bad_words)
