@@ -76,10 +76,20 @@ class RolloutConfig:
     """Single tokens that end a response besides end-of-turn (kept in it), e.g. `</answer>`."""
     val_temperature: float = 0.0
     """Sampling temperature for validation (0: greedy)."""
+    dtype: Literal["float32", "bfloat16", "float16"] = "bfloat16"
+    """vLLM's weight and compute dtype, apart from model.dtype (float32 only for exact CPU tests)."""
     tensor_parallel_size: int = 1
-    """vLLM tensor-parallel size (GPUs per engine)."""
+    """vLLM tensor-parallel size: GPUs (torchrun ranks) per engine; must divide the process count."""
     gpu_memory_utilization: float = 0.6
     """Fraction of GPU memory vLLM may take (colocated with training)."""
+    limit_videos: int = 1
+    """Most videos per prompt for vLLM (it reserves encoder memory for them); samples over it are an error."""
+    limit_images: int = 2
+    """Most images per prompt for vLLM (as limit_videos)."""
+    enforce_eager: bool = False
+    """Run vLLM without CUDA graphs / torch.compile (quicker start, slower decoding; set true on CPU)."""
+    sleep: bool = True
+    """Offload vLLM's weights to host memory and free its KV cache during each update (CUDA only)."""
     parity_check_every: int = 0
     """Every k steps log the engine-vs-trainer log-prob gap per modality (0: never)."""
 

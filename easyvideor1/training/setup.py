@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from easyvideor1 import distributed
 from easyvideor1.config import Config
 from easyvideor1.config_tree import to_dict
 from easyvideor1.data.prompts import render_prompt
@@ -68,13 +69,28 @@ def make_scheduler(optimizer, cfg: Config):
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
-def make_engine(cfg: Config, model, processor, family, spec, device):
-    """The rollout engine named by `rollout.engine` (vLLM imported only when chosen)."""
-    if cfg.rollout.engine == "vllm":
-        from easyvideor1.rollout.vllm_engine import VLLMEngine
+def make_engine(cfg: Config, model, processor, family, spec, device, samples: list[Sample] = ()):
+    """The rollout engine named by `rollout.engine` (vLLM imported only when chosen).
 
-        return VLLMEngine(cfg.model.path, dtype=cfg.model.dtype, tensor_parallel_size=cfg.rollout.tensor_parallel_size,
-                          gpu_memory_utilization=cfg.rollout.gpu_memory_utilization, seed=cfg.training.seed)
+    vLLM: under torchrun one engine per rank (`external_launcher`; ranks of a tensor-parallel
+    group share one), context = `data.max_prompt_tokens + rollout.max_tokens`, LM head tied
+    as in the policy (FSDP unties it). `samples` are checked against the per-prompt media limits.
+    """
+    if cfg.rollout.engine == "vllm":
+        from easyvideor1.rollout.vllm_engine import VLLMEngine, check_media_limits
+
+        r, world = cfg.rollout, distributed.world_size()
+        if world % r.tensor_parallel_size:
+            raise ValueError(f"rollout.tensor_parallel_size={r.tensor_parallel_size} must divide the number of "
+                             f"processes ({world})")
+        limits = {"video": r.limit_videos, "image": r.limit_images}
+        check_media_limits(list(samples), limits)
+        untied = model.lm_head.weight is not model.get_input_embeddings().weight  # FSDP unties
+        return VLLMEngine(cfg.model.path, dtype=r.dtype, tensor_parallel_size=r.tensor_parallel_size,
+                          max_model_len=cfg.data.max_prompt_tokens + r.max_tokens,
+                          gpu_memory_utilization=r.gpu_memory_utilization, limit_mm_per_prompt=limits,
+                          enable_sleep_mode=None if r.sleep else False, seed=cfg.training.seed,
+                          enforce_eager=r.enforce_eager, external_launcher=world > 1, untie_embeddings=untied)
     from easyvideor1.rollout.hf_engine import HFEngine
 
     return HFEngine(model, processor, family, spec)
@@ -120,7 +136,7 @@ def build_run(cfg: Config) -> Run:
                          # log-probs of the distribution the engine sampled from (greedy: the raw one)
                          temperature=cfg.rollout.temperature if cfg.rollout.temperature > 0 else 1.0, device=device,
                          pixel_dtype=compute_dtype)
-    engine = make_engine(cfg, model, processor, family, spec, device)
+    engine = make_engine(cfg, model, processor, family, spec, device, train_samples + val_samples)
     Path(cfg.logging.out_dir).mkdir(parents=True, exist_ok=True)
     sink = MetricsSink(cfg.logging.out_dir, cfg.logging.tensorboard, cfg.logging.wandb, cfg.logging.wandb_project,
                        config=to_dict(cfg), enabled=rank == 0)

@@ -123,8 +123,8 @@ def test_reinforce_plus_plus_two_processes_equal_one_process(setup):
     p1 = subprocess.run([sys.executable, "-m", "easyvideor1.cli", "train", str(cfgs["one"])], capture_output=True,
                         text=True, env=_env(), timeout=TIMEOUT_S)
     assert p1.returncode == 0, p1.stderr[-4000:]
-    p2 = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
-                         "29519", "-m", "easyvideor1.cli", "train", str(cfgs["two"])], capture_output=True, text=True,
+    p2 = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
+                         "-m", "easyvideor1.cli", "train", str(cfgs["two"])], capture_output=True, text=True,
                         env=_env(), timeout=TIMEOUT_S)
     assert p2.returncode == 0, p2.stderr[-6000:]
     w1, w2 = _weights(outs["one"]), _weights(outs["two"])
