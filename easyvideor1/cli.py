@@ -11,6 +11,8 @@ import argparse
 import importlib
 import sys
 
+from easyvideor1.errors import UserError
+
 COMMAND_MODULES = [
     "easyvideor1.data.commands",  # synth, check-data
     "easyvideor1.vision.commands",  # cache
@@ -34,7 +36,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except UserError as e:  # bad input or settings: the message says what to do, no traceback
+        print(f"easyvideor1 {args.command}: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

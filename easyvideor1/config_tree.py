@@ -23,8 +23,10 @@ from typing import Any, Literal, get_args, get_origin
 
 import yaml
 
+from easyvideor1.errors import UserError
 
-class ConfigError(ValueError):
+
+class ConfigError(UserError, ValueError):
     """A config file or override that does not fit the config tree."""
 
 

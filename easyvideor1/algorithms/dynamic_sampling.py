@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from easyvideor1.algorithms.grouping import group_index, group_stats
+from easyvideor1.errors import UserError
 
 
 @dataclass
@@ -65,6 +66,10 @@ def filter_groups(values: torch.Tensor | Sequence[float], group_ids: torch.Tenso
     )
 
 
+class FilteringError(UserError, RuntimeError):
+    """Dynamic sampling could not fill a batch: the data is too easy or too hard for the policy."""
+
+
 @dataclass
 class BatchFiller:
     """Counts kept groups over generation rounds until a batch is full.
@@ -93,7 +98,7 @@ class BatchFiller:
         if self.all_full(self.groups >= self.target_groups):
             return True
         if 0 < self.max_tries <= self.tries:
-            raise RuntimeError(
+            raise FilteringError(
                 f"dynamic sampling: only {self.groups} of {self.target_groups} groups kept after {self.tries} "
                 f"generation rounds ({self.dropped_all_correct} groups all correct, {self.dropped_all_wrong} all "
                 "wrong); the data is too easy or too hard for the policy: raise algorithm.max_filter_tries, "

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+from easyvideor1.errors import UserError
 from easyvideor1.records import DATA_TYPES, Sample
 
 log = logging.getLogger(__name__)
@@ -53,7 +54,7 @@ class LoadResult:
     problems: list[Problem] = field(default_factory=list)
 
 
-class DataError(ValueError):
+class DataError(UserError, ValueError):
     """Raised when a data file (or a record in it) cannot be used."""
 
 

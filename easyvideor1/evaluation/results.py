@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Self
 
+from easyvideor1.errors import UserError
 from easyvideor1.evaluation.settings import (
     MODEL_KEYS,
     EvalSettings,
@@ -95,7 +96,7 @@ class ResultRow:
         return cls(**{k: v for k, v in d.items() if k in names})
 
 
-class SettingsMismatch(ValueError):
+class SettingsMismatch(UserError, ValueError):
     """A resume or comparison across different score-changing settings."""
 
 

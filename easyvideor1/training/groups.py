@@ -22,6 +22,7 @@ from easyvideor1 import distributed
 from easyvideor1.algorithms import BatchFiller, GroupFilter, filter_groups
 from easyvideor1.algorithms.config import AlgorithmConfig
 from easyvideor1.config import HybridConfig, RolloutConfig
+from easyvideor1.config_tree import ConfigError
 from easyvideor1.prompts import Prompt
 from easyvideor1.records import RewardResult, Rollout, Sample
 from easyvideor1.rollout.base import RolloutEngine, SamplingParams
@@ -61,7 +62,8 @@ def stop_token_ids(stop_tokens: list[str], tokenizer) -> tuple[int, ...]:
     vocab = tokenizer.get_vocab()
     missing = [t for t in stop_tokens if t not in vocab]
     if missing:
-        raise ValueError(f"rollout.stop_tokens {missing} are not single tokens of the model's tokenizer")
+        raise ConfigError(f"rollout.stop_tokens {missing} are not single tokens of the model's tokenizer; "
+                          "name single tokens (e.g. </answer> where the tokenizer has it as one token)")
     return tuple(vocab[t] for t in stop_tokens)
 
 

@@ -13,7 +13,7 @@ import torch
 
 from easyvideor1 import distributed
 from easyvideor1.config import Config
-from easyvideor1.config_tree import to_dict
+from easyvideor1.config_tree import ConfigError, to_dict
 from easyvideor1.data.prompts import render_prompt
 from easyvideor1.data.loading import load_samples
 from easyvideor1.algorithms import make_kl_controller
@@ -81,7 +81,7 @@ def make_engine(cfg: Config, model, processor, family, spec, device, samples: li
 
         r, world = cfg.rollout, distributed.world_size()
         if world % r.tensor_parallel_size:
-            raise ValueError(f"rollout.tensor_parallel_size={r.tensor_parallel_size} must divide the number of "
+            raise ConfigError(f"rollout.tensor_parallel_size={r.tensor_parallel_size} must divide the number of "
                              f"processes ({world})")
         limits = {"video": r.limit_videos, "image": r.limit_images}
         check_media_limits(list(samples), limits)
@@ -104,7 +104,7 @@ def build_run(cfg: Config) -> Run:
     rank, world, device = init_distributed(need_group=compute_dtype != torch.float32)
     seed_everything(cfg.training.seed)
     if cfg.training.rollout_batch_size % world:
-        raise ValueError(f"training.rollout_batch_size={cfg.training.rollout_batch_size} must be a multiple of the "
+        raise ConfigError(f"training.rollout_batch_size={cfg.training.rollout_batch_size} must be a multiple of the "
                          f"number of processes ({world})")
     train_samples = load_split(cfg.data.train_files, cfg)
     val_samples = load_split(cfg.data.val_files, cfg)
@@ -120,7 +120,7 @@ def build_run(cfg: Config) -> Run:
                         load_device)
     family, spec = family_of(model.config), mrope_spec(model.config)
     if family.name != cfg.vision.family:
-        raise ValueError(f"model {m.path} is {family.name} but vision.family={cfg.vision.family}: the frame sizes "
+        raise ConfigError(f"model {m.path} is {family.name} but vision.family={cfg.vision.family}: the frame sizes "
                          f"would not fit its grid; set vision.family={family.name}")
     processor = load_processor(m.path)
     reference = (load_reference(m.path, m.dtype, m.attn_implementation, load_device)

@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from easyvideor1.errors import UserError
 from easyvideor1.records import Frames, Sample, VideoMetadata
 from easyvideor1.vision.config import VisionConfig
 from easyvideor1.vision.decode import ImageDecodeError, VideoDecodeError, decode_image, decode_video
@@ -44,7 +45,7 @@ class CacheError(RuntimeError):
     """A cache that cannot serve a request: missing entry (cache_only), damaged entry, ..."""
 
 
-class CacheMismatchError(CacheError):
+class CacheMismatchError(UserError, CacheError):
     """A cache built with other parameters than the config asks for."""
 
 

@@ -56,3 +56,17 @@ def test_train_names_what_the_defaults_lack(tmp_path):
         main(["train", str(tmp_path / "missing.yaml")])
     with pytest.raises(SystemExit, match="did you mean 'steps'"):
         main(["train", "training.stepz=3"])
+
+
+def test_settings_error_is_one_message_without_traceback(tmp_path):
+    """A setting that cannot work (the model is Qwen2.5-VL, the frames are sized for Qwen3-VL) is
+    found at start-up and reported as one message naming the field and the fix: exit 2."""
+    model = build_tiny_model("qwen2_5_vl", tmp_path / "model", seed=0)
+    data = write_suite(tmp_path / "synth", num_train=2, num_val=0, seed=0)["train"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run([sys.executable, "-m", "easyvideor1.cli", "train", f"model.path={model}",
+                           f"data.train_files={data}", f"logging.out_dir={tmp_path / 'out'}", "model.dtype=float32",
+                           "vision.family=qwen3_vl"], capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 2, proc.stderr[-4000:]
+    assert "Traceback" not in proc.stderr
+    assert "easyvideor1 train: model" in proc.stderr and "set vision.family=qwen2_5_vl" in proc.stderr
