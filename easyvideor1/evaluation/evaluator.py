@@ -1,6 +1,6 @@
 """`easyvideor1 eval`: benchmarks x model -> results JSONL (resumable) -> report.
 
-Wires the pieces: adapters (`benchmarks`), score-changing settings and their hash
+Wires the pieces: adapters (`adapters`), score-changing settings and their hash
 (`presets`, `results.check_settings`), frames (`vision.cache.FrameSource`), the model's
 processor (`models.inputs.build_inputs`), an engine, and the asynchronous pipeline
 (`pipeline.run_async`). A resume skips exactly the ids already written.
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from easyvideor1.evaluation.benchmarks import get_benchmark
+from easyvideor1.evaluation.adapters import get_benchmark
 from easyvideor1.evaluation.pipeline import HFBatchBackend, Item, Outcome, longest_first, run_async, run_sync_batches
 from easyvideor1.evaluation.presets import settings as preset_settings
 from easyvideor1.evaluation.report import write_report

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from easyvideor1.data.prompts import render_prompt
+from easyvideor1.data.templates import render_prompt
 from easyvideor1.models.families import Family
 from easyvideor1.models.inputs import build_inputs
 from easyvideor1.models.mrope import MRopeSpec

@@ -14,7 +14,7 @@ m_tIoU only.
 from __future__ import annotations
 
 from easyvideor1.evaluation.aggregate import Aggregate, failed_count, mean
-from easyvideor1.evaluation.benchmarks.base import Benchmark
+from easyvideor1.evaluation.adapters.base import Benchmark
 from easyvideor1.evaluation.results import ResultRow
 from easyvideor1.records import Sample
 

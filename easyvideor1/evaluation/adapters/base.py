@@ -117,7 +117,7 @@ class Benchmark:
 
     def prompt(self, sample: Sample, template_dir: str | os.PathLike | None = None) -> str:
         """The user prompt text for `sample` (the package's task templates, or `template_dir`'s)."""
-        from easyvideor1.data.prompts import render_prompt
+        from easyvideor1.data.templates import render_prompt
 
         if sample.data_type == "video" and sample.images:  # the hint belongs to the question
             sample = dataclasses.replace(sample, problem=f"{sample.problem}\n{IMAGE_AFTER_VIDEO_HINT}")
@@ -131,7 +131,7 @@ class Benchmark:
 
     def extract(self, response: str, sample: Sample) -> str:
         """The prediction as shown in results (letter, number, interval JSON, answer text)."""
-        from easyvideor1.evaluation.benchmarks.extract import extract_prediction
+        from easyvideor1.evaluation.adapters.extract import extract_prediction
 
         return extract_prediction(response, sample)
 

@@ -22,7 +22,7 @@ import re
 from pathlib import Path
 
 from easyvideor1.data.loading import DataError
-from easyvideor1.evaluation.benchmarks.base import Benchmark
+from easyvideor1.evaluation.adapters.base import Benchmark
 from easyvideor1.records import Sample
 
 LETTERS = "ABCDEFGHIJ"

@@ -31,7 +31,7 @@ from easyvideor1.evaluation.aggregate import (
     failed_count,
     mean,
 )
-from easyvideor1.evaluation.benchmarks.base import Benchmark, with_extra
+from easyvideor1.evaluation.adapters.base import Benchmark, with_extra
 from easyvideor1.evaluation.results import ResultRow
 from easyvideor1.records import Sample
 

@@ -31,8 +31,8 @@ from functools import lru_cache
 from pathlib import Path
 
 from easyvideor1.data.loading import DataError
-from easyvideor1.evaluation.benchmarks.base import Benchmark, with_extra
-from easyvideor1.evaluation.benchmarks.multiple_choice import livesports_labels
+from easyvideor1.evaluation.adapters.base import Benchmark, with_extra
+from easyvideor1.evaluation.adapters.multiple_choice import livesports_labels
 from easyvideor1.records import Sample
 
 VIDEO_SUFFIXES = (".mp4", ".mkv", ".webm", ".avi", ".mov")

@@ -14,7 +14,7 @@ Quirks of the converted file (EasyVideoR1's `mvbench.json`), handled without edi
 from __future__ import annotations
 
 from easyvideor1.evaluation.aggregate import Aggregate, macro_over
-from easyvideor1.evaluation.benchmarks.base import Benchmark
+from easyvideor1.evaluation.adapters.base import Benchmark
 from easyvideor1.evaluation.results import ResultRow
 from easyvideor1.records import Sample
 

@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from easyvideor1.data.prompts import TEMPLATE_DIR, render_prompt, template_stem
+from easyvideor1.data.templates import TEMPLATE_DIR, render_prompt, template_stem
 from easyvideor1.records import Sample
 from easyvideor1.rewards import FAMILIES, score
 from easyvideor1.rewards.html_code import find_chromium

@@ -32,7 +32,7 @@ from easyvideor1.evaluation.aggregate import (
     failed_count,
     mean,
 )
-from easyvideor1.evaluation.benchmarks.base import Benchmark
+from easyvideor1.evaluation.adapters.base import Benchmark
 from easyvideor1.evaluation.results import ResultRow
 from easyvideor1.records import Sample
 
