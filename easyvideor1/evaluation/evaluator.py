@@ -16,7 +16,14 @@ from pathlib import Path
 from typing import Any
 
 from easyvideor1.evaluation.adapters import get_benchmark
-from easyvideor1.evaluation.pipeline import HFBatchBackend, Item, Outcome, longest_first, run_async, run_sync_batches
+from easyvideor1.evaluation.pipeline import (
+    GenerationOutcome,
+    HFBatchBackend,
+    Item,
+    longest_first,
+    run_async,
+    run_sync_batches,
+)
 from easyvideor1.evaluation.presets import settings as preset_settings
 from easyvideor1.evaluation.report import write_report
 from easyvideor1.evaluation.results import ResultStore
@@ -137,7 +144,7 @@ class Evaluator:
         items = longest_first(items, probe_seconds)
         progress = _progress(len(items))
 
-        def on_outcome(out: Outcome) -> None:
+        def on_outcome(out: GenerationOutcome) -> None:
             it, bench = out.item, benches[out.item.key]
             if out.error is not None or out.rollout is None:
                 row = bench.failed_row(it.sample, out.error or "no output", it.timing)

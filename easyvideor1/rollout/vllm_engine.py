@@ -38,6 +38,7 @@ from pathlib import Path
 
 import torch
 
+from easyvideor1.evaluation.pipeline import GenerationOutcome
 from easyvideor1.records import Rollout
 from easyvideor1.rollout.base import (
     VISION_PAD_TOKENS,
@@ -306,8 +307,6 @@ class AsyncVLLMBackend:
     async def _one(self, item, params: SamplingParams):
         from vllm.sampling_params import RequestOutputKind
 
-        from easyvideor1.evaluation.pipeline import Outcome
-
         self._counter += 1
         sp = vllm_sampling_params(self._vllm, params, 1, params.seed, self._bad_words,
                                   output_kind=RequestOutputKind.FINAL_ONLY, **self.penalties)
@@ -316,14 +315,12 @@ class AsyncVLLMBackend:
             final = out
         c = final.outputs[0]
         ids = list(c.token_ids)
-        return Outcome(item, Rollout(prompt_index=-1, token_ids=ids, text=c.text,
-                                     logprobs=[lp[t].logprob for t, lp in zip(ids, c.logprobs or [])],
-                                     finish_reason=c.finish_reason or "stop"), None)
+        return GenerationOutcome(item, Rollout(prompt_index=-1, token_ids=ids, text=c.text,
+                                               logprobs=[lp[t].logprob for t, lp in zip(ids, c.logprobs or [])],
+                                               finish_reason=c.finish_reason or "stop"), None)
 
     async def run(self, items, params: SamplingParams):
         import asyncio
-
-        from easyvideor1.evaluation.pipeline import Outcome
 
         slots = asyncio.Semaphore(self.max_concurrency)
         finished: asyncio.Queue = asyncio.Queue()
@@ -333,7 +330,7 @@ class AsyncVLLMBackend:
             try:
                 outcome = await self._one(item, params)
             except Exception as e:  # noqa: BLE001 - a failed request fails its sample only
-                outcome = Outcome(item, None, f"generation failed: {type(e).__name__}: {e}")
+                outcome = GenerationOutcome(item, None, f"generation failed: {type(e).__name__}: {e}")
             finally:
                 slots.release()
             await finished.put(outcome)

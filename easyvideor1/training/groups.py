@@ -1,6 +1,6 @@
 """Stage 2 of a step: prompts -> scored groups (rollout, hybrid slot, rewards, filtering).
 
-`ScoreFn(responses, samples) -> list[RewardResult]` is injected, so the trainer never
+`BatchScoreFn(responses, samples) -> list[RewardResult]` is injected, so the trainer never
 knows which reward families exist; the rewards package's batch scorer is the default.
 """
 
@@ -20,7 +20,7 @@ from easyvideor1.records import RewardResult, Rollout, Sample
 from easyvideor1.rollout.base import Prompt, RolloutEngine, SamplingParams
 from easyvideor1.training.hybrid import HybridCounters, fill_groups, online_count
 
-ScoreFn = Callable[[list[str], list[Sample]], list[RewardResult]]
+BatchScoreFn = Callable[[list[str], list[Sample]], list[RewardResult]]
 
 
 @dataclass
@@ -32,7 +32,7 @@ class ScoredGroups:
     filter_metrics: dict[str, float] = field(default_factory=dict)
 
 
-def _score(groups: list[list[Rollout]], prompts: list[Prompt], score_fn: ScoreFn) -> list[list[RewardResult]]:
+def _score(groups: list[list[Rollout]], prompts: list[Prompt], score_fn: BatchScoreFn) -> list[list[RewardResult]]:
     flat = [(g, r) for g, grp in enumerate(groups) for r in grp]
     results = score_fn([r.text for _, r in flat], [prompts[g].sample for g, _ in flat])
     out: list[list[RewardResult]] = [[] for _ in groups]
@@ -42,7 +42,7 @@ def _score(groups: list[list[Rollout]], prompts: list[Prompt], score_fn: ScoreFn
 
 
 def generate_scored_groups(prompts: list[Prompt], engine: RolloutEngine, params: SamplingParams, n: int,
-                           hybrid: HybridConfig, score_fn: ScoreFn, tokenizer, end_token: str) -> ScoredGroups:
+                           hybrid: HybridConfig, score_fn: BatchScoreFn, tokenizer, end_token: str) -> ScoredGroups:
     """Generate each prompt's group, place offline trajectories, and score every response."""
     counts = [online_count(p.sample, n, hybrid) for p in prompts]
     # Under FSDP an HF engine decodes in lockstep: a rank with no prompt still joins the call.
@@ -61,7 +61,7 @@ def generate_scored_groups(prompts: list[Prompt], engine: RolloutEngine, params:
 
 
 def fill_filtered_batch(make_prompts: Callable[[], list[Prompt]], engine: RolloutEngine, params: SamplingParams,
-                        n: int, hybrid: HybridConfig, algo: AlgorithmConfig, score_fn: ScoreFn, tokenizer,
+                        n: int, hybrid: HybridConfig, algo: AlgorithmConfig, score_fn: BatchScoreFn, tokenizer,
                         end_token: str, target_groups: int) -> ScoredGroups:
     """DAPO dynamic sampling: generate rounds of prompts until `target_groups` groups carry signal."""
     filler = BatchFiller(target_groups, algo.max_filter_tries, all_full=distributed.all_true)

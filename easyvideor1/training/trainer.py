@@ -27,8 +27,8 @@ from easyvideor1.records import Sample
 from easyvideor1.rollout.base import Prompt, RolloutEngine, SamplingParams
 from easyvideor1.training import checkpoint as ckpt
 from easyvideor1.training.groups import (
+    BatchScoreFn,
     ScoredGroups,
-    ScoreFn,
     fill_filtered_batch,
     generate_scored_groups,
     pad_groups,
@@ -56,7 +56,7 @@ class Run:
     processor: Any
     ctx: ForwardContext
     frames: FrameSource
-    score_fn: ScoreFn
+    score_fn: BatchScoreFn
     optimizer: torch.optim.Optimizer
     scheduler: Any
     loader: PromptLoader
