@@ -29,7 +29,7 @@ from decode_cache import make_clip
 
 from easyvideor1.data.loading import load_samples
 from easyvideor1.evaluation.evaluator import EvalOptions, Evaluator
-from easyvideor1.evaluation.settings import SamplingParams
+from easyvideor1.evaluation.settings import DecodingSettings
 from easyvideor1.models.tiny import build_tiny_model
 from easyvideor1.vision.cache_build import build_cache
 from easyvideor1.vision.config import VisionConfig
@@ -41,7 +41,7 @@ VISION = VisionConfig(family="qwen2_5_vl", fps=2.0, max_frames=64, video_min_pix
 def run(model, data, out: Path, cache_dir, mode: str, asynchronous: bool) -> tuple[float, dict]:
     shutil.rmtree(out, ignore_errors=True)
     ev = Evaluator(str(model), engine="hf", preset="qwen2_5_vl_greedy", vision=VISION,
-                   sampling=SamplingParams(temperature=0.0, max_new_tokens=16),
+                   sampling=DecodingSettings(temperature=0.0, max_new_tokens=16),
                    options=EvalOptions(out_dir=str(out), cache_dir=cache_dir, cache_mode=mode, dtype="float32",
                                        asynchronous=asynchronous, max_batch=8, load_workers=2, prefetch=16))
     t0 = time.perf_counter()

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from easyvideor1 import config_tree
-from easyvideor1.algorithms.config import PRESETS, AlgorithmConfig
+from easyvideor1.algorithms.config import ALGORITHM_PRESETS, AlgorithmConfig
 from easyvideor1.rewards.config import RewardConfig
 from easyvideor1.vision.config import VisionConfig
 
@@ -48,8 +48,7 @@ class ModelConfig:
     path: str = ""
     """Local HF-format model folder (policy initialisation; also the reference model)."""
     dtype: Literal["float32", "bfloat16", "float16"] = "bfloat16"
-    """Compute dtype: the policy keeps float32 master weights and AdamW states and computes in this
-    dtype (FSDP2 mixed precision); the reference's parameters and the exported model use it too."""
+    """Compute dtype (float32 master weights and AdamW states under it); also the reference's and export's."""
     attn_implementation: str = "sdpa"
     """Attention kernel: `sdpa`, `eager`, `flash_attention_2`."""
     freeze_vision: bool = False
@@ -209,7 +208,7 @@ class Config:
 def load_config(path: str | None = None, overrides: list[str] | None = None) -> Config:
     """Load and validate the tree from a YAML file (optional) plus `section.key=value` overrides.
 
-    `algorithm.preset: dapo` (a key of `algorithms.config.PRESETS`) fills the algorithm
+    `algorithm.preset: dapo` (a key of `algorithms.config.ALGORITHM_PRESETS`) fills the algorithm
     section with that recipe. One rule of precedence: a field written explicitly wins over
     the preset, wherever either comes from (the YAML file or the command line). Each field
     that changes a preset's value is named in one warning at load.
@@ -220,15 +219,17 @@ def load_config(path: str | None = None, overrides: list[str] | None = None) -> 
     if isinstance(algo, dict) and "preset" in algo:
         algo = dict(algo)
         name = algo.pop("preset")
-        if name not in PRESETS:
-            raise config_tree.ConfigError(f"algorithm.preset={name!r} is unknown; valid: {', '.join(PRESETS)}")
+        if name not in ALGORITHM_PRESETS:
+            raise config_tree.ConfigError(f"algorithm.preset={name!r} is unknown; "
+                                          f"valid: {', '.join(ALGORITHM_PRESETS)}")
         from_cli = config_tree.apply_overrides({}, overrides or []).get("algorithm") or {}
         clashes = [f"{k}={v} (from the {'command line' if k in from_cli else 'config file'}) overrides the "
-                   f"preset's {PRESETS[name][k]}"
-                   for k, v in algo.items() if k in PRESETS[name] and _differs(v, PRESETS[name][k])]
+                   f"preset's {ALGORITHM_PRESETS[name][k]}"
+                   for k, v in algo.items()
+                   if k in ALGORITHM_PRESETS[name] and _differs(v, ALGORITHM_PRESETS[name][k])]
         if clashes:
             log.warning("algorithm.preset=%s: %s", name, "; ".join(clashes))
-        data["algorithm"] = {**PRESETS[name], **algo}
+        data["algorithm"] = {**ALGORITHM_PRESETS[name], **algo}
     return config_tree.from_dict(Config, data)
 
 

@@ -63,13 +63,13 @@ from easyvideor1.algorithms.aggregation import (
     normalizer_count,
     normalizer_from_counts,
 )
-from easyvideor1.algorithms.config import PRESETS, AlgorithmConfig, from_preset
+from easyvideor1.algorithms.config import ALGORITHM_PRESETS, AlgorithmConfig, from_preset, make_kl_controller
 from easyvideor1.algorithms.dynamic_sampling import BatchFiller, GroupFilter, filter_groups
-from easyvideor1.algorithms.kl import KL_ESTIMATORS, kl_estimate, kl_reward_penalty, make_kl_controller
+from easyvideor1.algorithms.kl import KL_ESTIMATORS, kl_estimate, kl_reward_penalty
 from easyvideor1.algorithms.policy_losses import POLICY_LOSSES
 
 __all__ = [
-    "ADVANTAGES", "AGGREGATIONS", "KL_ESTIMATORS", "POLICY_LOSSES", "PRESETS", "AlgorithmConfig", "BatchFiller",
-    "GroupFilter", "aggregate", "filter_groups", "from_preset", "kl_estimate", "kl_reward_penalty",
+    "ADVANTAGES", "AGGREGATIONS", "ALGORITHM_PRESETS", "KL_ESTIMATORS", "POLICY_LOSSES", "AlgorithmConfig",
+    "BatchFiller", "GroupFilter", "aggregate", "filter_groups", "from_preset", "kl_estimate", "kl_reward_penalty",
     "loss_normalizer", "make_kl_controller", "normalizer_count", "normalizer_from_counts",
 ]

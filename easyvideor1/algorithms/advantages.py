@@ -51,7 +51,7 @@ import torch
 from easyvideor1.algorithms.grouping import group_index, group_stats
 
 # Keywords the trainer may pass to any estimator; each estimator ignores those it does not use.
-KNOWN_INPUTS = frozenset({
+ADVANTAGE_INPUTS = frozenset({
     "rewards", "group_ids", "response_mask", "kl_penalty", "greedy_rewards", "reward_parts", "all_reduce_floats",
     "eps", "gamma", "reward_keys", "reward_weights",
 })
@@ -66,10 +66,10 @@ def _this_process(values: list[float], op: str) -> list[float]:
 
 
 def _check_inputs(name: str, rewards: torch.Tensor, response_mask: torch.Tensor, other: dict[str, Any]) -> None:
-    unknown = sorted(set(other) - KNOWN_INPUTS)
+    unknown = sorted(set(other) - ADVANTAGE_INPUTS)
     if unknown:
         raise TypeError(f"advantage estimator {name!r} got unknown keyword(s) {unknown}; "
-                        f"known: {', '.join(sorted(KNOWN_INPUTS))}")
+                        f"known: {', '.join(sorted(ADVANTAGE_INPUTS))}")
     if response_mask.dim() != 2:
         raise ValueError(f"{name}: response_mask must be [N, T], got shape {tuple(response_mask.shape)}")
     if rewards.shape != response_mask.shape[:1]:

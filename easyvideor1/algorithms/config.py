@@ -1,8 +1,13 @@
 """`AlgorithmConfig`: which estimator, loss, aggregation and KL to use, and their parameters.
 
 The trainer embeds it as its `algorithm` section. Names are checked against the registries
-when the config is built, so a typo fails at load with the list of valid names. `PRESETS`
-name the common recipes as field overrides; `from_preset("dapo", kl_coef=...)` builds one.
+when the config is built, so a typo fails at load with the list of valid names.
+`ALGORITHM_PRESETS` name the common recipes as field overrides; `from_preset("dapo",
+kl_coef=...)` builds one; `make_kl_controller(cfg)` builds the KL coefficient controller a
+config names.
+
+The loss and KL modules never import this one (it imports their registries): a policy loss
+reads its settings through `policy_losses.LossSettings`, which this config satisfies.
 """
 
 from __future__ import annotations
@@ -13,7 +18,13 @@ from typing import Any
 
 from easyvideor1.algorithms.advantages import ADVANTAGES
 from easyvideor1.algorithms.aggregation import AGGREGATIONS
-from easyvideor1.algorithms.kl import KL_CONTROLLERS, KL_ESTIMATORS
+from easyvideor1.algorithms.kl import (
+    KL_CONTROLLERS,
+    KL_ESTIMATORS,
+    AdaptiveKLController,
+    FixedKLController,
+    KLController,
+)
 from easyvideor1.algorithms.policy_losses import POLICY_LOSSES
 
 
@@ -129,7 +140,7 @@ class AlgorithmConfig:
                 "reward_weights": self.gdpo_reward_weights}
 
 
-PRESETS: dict[str, dict[str, Any]] = {
+ALGORITHM_PRESETS: dict[str, dict[str, Any]] = {
     # DeepSeekMath GRPO: sequence-mean of token-means, k3 KL loss with beta 0.04.
     "grpo": {"adv_estimator": "grpo", "policy_loss": "ppo_clip", "loss_agg_mode": "seq_mean_token_mean",
              "use_kl_loss": True, "kl_estimator": "low_var_kl", "kl_coef": 0.04},
@@ -164,12 +175,19 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
+def make_kl_controller(cfg: AlgorithmConfig) -> KLController:
+    """The controller named by `cfg.kl_controller`, starting at `cfg.kl_coef`."""
+    if cfg.kl_controller == "adaptive":
+        return AdaptiveKLController(cfg.kl_coef, cfg.kl_target, cfg.kl_horizon)
+    return FixedKLController(cfg.kl_coef)
+
+
 def from_preset(name: str, **overrides: Any) -> AlgorithmConfig:
-    """The config of preset `name` (a key of `PRESETS`), with `overrides` applied on top."""
-    if name not in PRESETS:
-        raise ValueError(f"unknown algorithm preset {name!r}; valid: {', '.join(PRESETS)}")
+    """The config of preset `name` (a key of `ALGORITHM_PRESETS`), with `overrides` applied on top."""
+    if name not in ALGORITHM_PRESETS:
+        raise ValueError(f"unknown algorithm preset {name!r}; valid: {', '.join(ALGORITHM_PRESETS)}")
     known = {f.name for f in dataclasses.fields(AlgorithmConfig)}
     unknown = sorted(set(overrides) - known)
     if unknown:
         raise ValueError(f"unknown algorithm field(s) {unknown}; valid: {', '.join(sorted(known))}")
-    return AlgorithmConfig(**{**PRESETS[name], **overrides})
+    return AlgorithmConfig(**{**ALGORITHM_PRESETS[name], **overrides})

@@ -17,20 +17,17 @@ following Schulman's "Approximating KL divergence" (2020), for samples y ~ pi:
 The KL is used either as a reward penalty (`kl_reward_penalty`, handed to the advantage
 estimators as `kl_penalty=`) or as a loss term (added inside the policy losses when
 `use_kl_loss`); `disable_kl` skips the reference model entirely. The coefficient is fixed or
-adaptive (Ziegler et al. 2019: move it towards a target KL over a horizon of samples); a
-controller's `state_dict` goes into every checkpoint, so a resumed run continues with the
-coefficient the interrupted one had reached.
+adaptive (Ziegler et al. 2019: move it towards a target KL over a horizon of samples;
+`config.make_kl_controller` builds the one a config names); a controller's `state_dict` goes
+into every checkpoint, so a resumed run continues with the coefficient the interrupted one had
+reached.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
-
-if TYPE_CHECKING:
-    from easyvideor1.algorithms.config import AlgorithmConfig
 
 LOG_RATIO_CLAMP = 20.0  # before exp in k3
 K3_CLAMP = 10.0  # on the k3 value
@@ -147,10 +144,3 @@ class AdaptiveKLController:
 
 KL_CONTROLLERS = {"fixed": FixedKLController, "adaptive": AdaptiveKLController}
 KLController = FixedKLController | AdaptiveKLController
-
-
-def make_kl_controller(cfg: AlgorithmConfig) -> KLController:
-    """The controller named by `cfg.kl_controller`, starting at `cfg.kl_coef`."""
-    if cfg.kl_controller == "adaptive":
-        return AdaptiveKLController(cfg.kl_coef, cfg.kl_target, cfg.kl_horizon)
-    return FixedKLController(cfg.kl_coef)

@@ -36,18 +36,33 @@ values or gradients. Half-precision log-probs are computed in float32.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 
 from easyvideor1.algorithms.aggregation import aggregate, masked_mean
 from easyvideor1.algorithms.kl import kl_estimate
 
-if TYPE_CHECKING:
-    from easyvideor1.algorithms.config import AlgorithmConfig
+
+class LossSettings(Protocol):
+    """The settings a policy loss reads from `cfg`: the trainer passes its `AlgorithmConfig`,
+    which has these fields (declared here because `algorithms.config` imports `POLICY_LOSSES`
+    to check names, and this module must not import it back)."""
+
+    loss_agg_mode: str
+    clip_ratio_low: float
+    clip_ratio_high: float
+    clip_ratio_c: float | None
+    log_ratio_clamp: float
+    luffy_gamma: float
+    entropy_coef: float
+    disable_kl: bool
+    use_kl_loss: bool
+    kl_estimator: str
+    kl_coef: float
 
 # Keywords the trainer may pass to any loss; each loss ignores those it does not use.
-KNOWN_INPUTS = frozenset({
+POLICY_LOSS_INPUTS = frozenset({
     "log_probs", "old_log_probs", "advantages", "response_mask", "cfg", "normalizer", "entropy",
     "ref_log_probs", "full_kl", "kl_coef", "offline_mask", "behaviour_log_probs",
 })
@@ -56,10 +71,10 @@ KNOWN_INPUTS = frozenset({
 def _prepare(name: str, log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages: torch.Tensor,
              response_mask: torch.Tensor, other: dict[str, Any]) -> tuple[torch.Tensor, ...]:
     """Check shapes and unknown keywords; return (lp, old, adv [N, T], mask [N, T] bool)."""
-    unknown = sorted(set(other) - KNOWN_INPUTS)
+    unknown = sorted(set(other) - POLICY_LOSS_INPUTS)
     if unknown:
         raise TypeError(f"policy loss {name!r} got unknown keyword(s) {unknown}; "
-                        f"known: {', '.join(sorted(KNOWN_INPUTS))}")
+                        f"known: {', '.join(sorted(POLICY_LOSS_INPUTS))}")
     if log_probs.dim() != 2 or log_probs.shape != response_mask.shape or old_log_probs.shape != log_probs.shape:
         raise ValueError(f"{name}: log_probs {tuple(log_probs.shape)}, old_log_probs {tuple(old_log_probs.shape)} "
                          f"and response_mask {tuple(response_mask.shape)} must all be [N, T]")
@@ -91,7 +106,7 @@ def _ratio_metrics(ratio: torch.Tensor, log_ratio: torch.Tensor, mask: torch.Ten
     }
 
 
-def _ppo_token_loss(log_ratio: torch.Tensor, adv: torch.Tensor, cfg: AlgorithmConfig
+def _ppo_token_loss(log_ratio: torch.Tensor, adv: torch.Tensor, cfg: LossSettings
                     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Per-token clipped PPO loss [N, T] and where each clip is active ([N, T] bool each)."""
     ratio = log_ratio.exp()  # [N, T]
@@ -108,7 +123,7 @@ def _ppo_token_loss(log_ratio: torch.Tensor, adv: torch.Tensor, cfg: AlgorithmCo
 
 
 def _finish(pg_token_loss: torch.Tensor, metrics: dict[str, float], *, log_probs: torch.Tensor,
-            mask: torch.Tensor, cfg: AlgorithmConfig, normalizer: float, entropy: torch.Tensor | None,
+            mask: torch.Tensor, cfg: LossSettings, normalizer: float, entropy: torch.Tensor | None,
             ref_log_probs: torch.Tensor | None, full_kl: torch.Tensor | None, kl_coef: float | None
             ) -> tuple[torch.Tensor, dict[str, float]]:
     """Aggregate the policy-gradient term, add the KL loss and entropy bonus, fill metrics."""
@@ -143,7 +158,7 @@ def _finish(pg_token_loss: torch.Tensor, metrics: dict[str, float], *, log_probs
 
 
 def ppo_clip(*, log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages: torch.Tensor,
-             response_mask: torch.Tensor, cfg: AlgorithmConfig, normalizer: float,
+             response_mask: torch.Tensor, cfg: LossSettings, normalizer: float,
              entropy: torch.Tensor | None = None, ref_log_probs: torch.Tensor | None = None,
              full_kl: torch.Tensor | None = None, kl_coef: float | None = None,
              **other: Any) -> tuple[torch.Tensor, dict[str, float]]:
@@ -164,7 +179,7 @@ def _row_means(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 def _gspo_common(name: str, token_variant: bool, *, log_probs: torch.Tensor, old_log_probs: torch.Tensor,
-                 advantages: torch.Tensor, response_mask: torch.Tensor, cfg: AlgorithmConfig, normalizer: float,
+                 advantages: torch.Tensor, response_mask: torch.Tensor, cfg: LossSettings, normalizer: float,
                  other: dict[str, Any], **finish_kwargs: Any) -> tuple[torch.Tensor, dict[str, float]]:
     """Shared body of `gspo` and `gspo_token`; clip metrics count sequences, not tokens."""
     lp, old, adv, mask = _prepare(name, log_probs, old_log_probs, advantages, response_mask, other)
@@ -193,7 +208,7 @@ def _gspo_common(name: str, token_variant: bool, *, log_probs: torch.Tensor, old
 
 
 def gspo(*, log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages: torch.Tensor,
-         response_mask: torch.Tensor, cfg: AlgorithmConfig, normalizer: float,
+         response_mask: torch.Tensor, cfg: LossSettings, normalizer: float,
          entropy: torch.Tensor | None = None, ref_log_probs: torch.Tensor | None = None,
          full_kl: torch.Tensor | None = None, kl_coef: float | None = None,
          **other: Any) -> tuple[torch.Tensor, dict[str, float]]:
@@ -206,7 +221,7 @@ def gspo(*, log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages: to
 
 
 def gspo_token(*, log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages: torch.Tensor,
-               response_mask: torch.Tensor, cfg: AlgorithmConfig, normalizer: float,
+               response_mask: torch.Tensor, cfg: LossSettings, normalizer: float,
                entropy: torch.Tensor | None = None, ref_log_probs: torch.Tensor | None = None,
                full_kl: torch.Tensor | None = None, kl_coef: float | None = None,
                **other: Any) -> tuple[torch.Tensor, dict[str, float]]:
@@ -218,7 +233,7 @@ def gspo_token(*, log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantag
 
 
 def cispo(*, log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages: torch.Tensor,
-          response_mask: torch.Tensor, cfg: AlgorithmConfig, normalizer: float,
+          response_mask: torch.Tensor, cfg: LossSettings, normalizer: float,
           entropy: torch.Tensor | None = None, ref_log_probs: torch.Tensor | None = None,
           full_kl: torch.Tensor | None = None, kl_coef: float | None = None,
           **other: Any) -> tuple[torch.Tensor, dict[str, float]]:
@@ -238,7 +253,7 @@ def cispo(*, log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages: t
 
 
 def luffy(*, log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages: torch.Tensor,
-          response_mask: torch.Tensor, cfg: AlgorithmConfig, normalizer: float,
+          response_mask: torch.Tensor, cfg: LossSettings, normalizer: float,
           offline_mask: torch.Tensor | None = None, behaviour_log_probs: torch.Tensor | None = None,
           entropy: torch.Tensor | None = None, ref_log_probs: torch.Tensor | None = None,
           full_kl: torch.Tensor | None = None, kl_coef: float | None = None,

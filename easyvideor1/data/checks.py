@@ -14,6 +14,9 @@ from dataclasses import dataclass, field
 
 from easyvideor1.data.loading import Problem, load_records
 from easyvideor1.records import Sample
+from easyvideor1.rewards import canonical_type, score
+from easyvideor1.vision.config import VisionConfig
+from easyvideor1.vision.decode import MediaError, decode_image, decode_video
 
 # Two frames, tiny frames: enough to prove a video opens and decodes, cheap on big datasets.
 _PROBE = dict(fps=1.0, min_frames=1, max_frames=2, video_min_pixels=28 * 28, video_max_pixels=56 * 56,
@@ -27,10 +30,7 @@ class CheckReport:
     problems: list[Problem] = field(default_factory=list)
 
 
-def _sample_problems(sample: Sample, index: int, open_media: bool, probe_cfg) -> list[Problem]:
-    from easyvideor1.rewards import canonical_type, score
-    from easyvideor1.vision.decode import MediaError, decode_image, decode_video
-
+def _sample_problems(sample: Sample, index: int, open_media: bool, probe_cfg: VisionConfig) -> list[Problem]:
     out = []
 
     def add(msg: str) -> None:
@@ -68,8 +68,6 @@ def _sample_problems(sample: Sample, index: int, open_media: bool, probe_cfg) ->
 def check_file(path: str, data_root: str | None = None, open_media: bool = True) -> CheckReport:
     """Check every record of `path`; the report lists each problem (none: the file is good)."""
     from tqdm import tqdm
-
-    from easyvideor1.vision.config import VisionConfig
 
     loaded = load_records(path, data_root)
     report = CheckReport(path=str(path), total=len(loaded.samples) + len(loaded.problems),

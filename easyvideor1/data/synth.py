@@ -24,10 +24,17 @@ from pathlib import Path
 
 import numpy as np
 
+from easyvideor1.rewards.multiple_choice import LETTERS
+from easyvideor1.vision.encode import write_video
+
 COLOURS = {"red": (230, 30, 30), "green": (30, 200, 30), "blue": (40, 60, 235), "yellow": (235, 220, 30)}
 DIRECTIONS = {"left": (-1, 0), "right": (1, 0), "up": (0, -1), "down": (0, 1)}
-LETTERS = "ABCD"
 TASKS = ("colour", "motion", "count", "presence", "when", "where", "image_colour", "image_count")
+# The demo's suite (`easyvideor1 demo`): 256 training samples per task, so every combination a
+# task can show is seen in training (with 64, two of presence's 16 asked x shown colour pairs
+# were missing from training but not from validation); 24 held-out samples per task (with 12,
+# one answer moved a task's score by 0.08).
+DEMO_TRAIN, DEMO_VAL = 2048, 192
 # Chance accuracy of a uniform guess (grounding: expected IoU of a random guess is reported
 # by the evaluator from the data; these are the classification tasks' levels).
 CHANCE = {"colour": 0.25, "motion": 0.25, "count": 0.25, "presence": 0.5,
@@ -143,8 +150,6 @@ def write_suite(out_dir: str | Path, num_train: int = 256, num_val: int = 64, se
     each sample is drawn from one generator seeded by `seed`.
     """
     from PIL import Image
-
-    from easyvideor1.vision.encode import write_video
 
     out = Path(out_dir)
     (out / "videos").mkdir(parents=True, exist_ok=True)

@@ -4,18 +4,16 @@ from __future__ import annotations
 
 import argparse
 
+from easyvideor1.evaluation.compare import write_comparison
+from easyvideor1.evaluation.report import markdown, summarize_run, write_report
+from easyvideor1.evaluation.results import SettingsMismatch
+
 
 def _report(args: argparse.Namespace) -> int:
-    from easyvideor1.evaluation.results import SettingsMismatch
-
     try:
         if args.compare:
-            from easyvideor1.evaluation.compare import write_comparison
-
             paths = write_comparison(args.results_dir, args.compare, args.out)
         else:
-            from easyvideor1.evaluation.report import write_report
-
             paths = write_report(args.results_dir, args.out)
     except (SettingsMismatch, FileNotFoundError, ValueError) as e:
         print(f"error: {e}")
@@ -28,9 +26,7 @@ def _report(args: argparse.Namespace) -> int:
 def _eval(args: argparse.Namespace) -> int:
     import logging
 
-    from easyvideor1.evaluation.evaluator import Evaluator, options_from
-    from easyvideor1.evaluation.report import markdown, summarize_run
-    from easyvideor1.evaluation.results import SettingsMismatch
+    from easyvideor1.evaluation.evaluator import Evaluator, options_from  # imports torch
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     options = options_from(data_root=args.data_root, out_dir=args.out, cache_dir=args.cache_dir,

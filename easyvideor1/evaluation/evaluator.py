@@ -1,6 +1,6 @@
 """`easyvideor1 eval`: benchmarks x model -> results JSONL (resumable) -> report.
 
-Wires the pieces: adapters (`benchmarks`), score-changing settings and their hash
+Wires the pieces: adapters (`adapters`), score-changing settings and their hash
 (`presets`, `results.check_settings`), frames (`vision.cache.FrameSource`), the model's
 processor (`models.inputs.build_inputs`), an engine, and the asynchronous pipeline
 (`pipeline.run_async`). A resume skips exactly the ids already written.
@@ -16,15 +16,32 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from easyvideor1.data.prompts import render_prompt
-from easyvideor1.evaluation.benchmarks import get_benchmark
-from easyvideor1.evaluation.pipeline import HFBatchBackend, Item, Outcome, longest_first, run_async, run_sync_batches
+from easyvideor1.config_tree import ConfigError
+from easyvideor1.data.templates import render_prompt
+from easyvideor1.evaluation.adapters import get_benchmark
+from easyvideor1.evaluation.pipeline import (
+    AsyncEngineBackend,
+    GenerationOutcome,
+    HFBatchBackend,
+    Item,
+    longest_first,
+    run_async,
+    run_sync_batches,
+)
 from easyvideor1.evaluation.presets import settings as preset_settings
 from easyvideor1.evaluation.report import write_report
 from easyvideor1.evaluation.results import ResultStore
 from easyvideor1.evaluation.settings import EvalSettings, template_digest
+from easyvideor1.models.families import family_of
+from easyvideor1.models.loading import load_policy, load_processor
+from easyvideor1.models.mrope import mrope_spec
 from easyvideor1.prompts import Prompt, PromptBuilder
+from easyvideor1.rewards import JudgeConfig, RewardConfig, score
+from easyvideor1.rollout.hf_engine import HFEngine
+from easyvideor1.rollout.vllm_engine import AsyncVLLMEngine  # imports vllm only when one is built
 from easyvideor1.rollout.base import SamplingParams
+from easyvideor1.vision.cache import FrameSource
+from easyvideor1.vision.decode import probe_seconds
 
 log = logging.getLogger(__name__)
 
@@ -64,11 +81,6 @@ class Evaluator:
                  options: EvalOptions | None = None, sampling=None, vision=None):
         """`sampling` / `vision` replace the preset's decoding parameters / frame budget
         (e.g. the demo evaluates with its training budget)."""
-        from easyvideor1.models.families import family_of
-        from easyvideor1.models.loading import load_policy, load_processor
-        from easyvideor1.models.mrope import mrope_spec
-        from easyvideor1.vision.cache import FrameSource
-
         self.options = options or EvalOptions()
         o = self.options
         self.processor = load_processor(model_path)
@@ -79,10 +91,8 @@ class Evaluator:
         self.score_fn = None  # the benchmarks' own scorers (ROUGE for open-ended answers)
         judge = ""
         if o.judge_endpoint:
-            from easyvideor1.rewards import JudgeConfig, RewardConfig, score
-
             if not o.judge_model:
-                raise ValueError("--judge-endpoint needs --judge-model")
+                raise ConfigError("--judge-endpoint needs --judge-model")
             cfg = RewardConfig(judge=JudgeConfig(endpoint=o.judge_endpoint, model=o.judge_model,
                                                  cache_dir=str(Path(o.out_dir) / "judge_cache")))
             self.score_fn = partial(score, cfg=cfg)
@@ -98,17 +108,13 @@ class Evaluator:
                                      render=partial(render_prompt, template_dir=o.template_dir))
         self.params = sampling_from(self.settings)
         if engine == "vllm":
-            from easyvideor1.rollout.vllm_engine import AsyncVLLMBackend
-
             sp = self.settings.sampling
-            self.backend = AsyncVLLMBackend(model_path, self.processor, dtype=o.dtype,
-                                            max_concurrency=o.max_concurrency,
-                                            repetition_penalty=sp.repetition_penalty,
-                                            presence_penalty=sp.presence_penalty)
+            self.backend = AsyncEngineBackend(AsyncVLLMEngine(model_path, self.processor, dtype=o.dtype,
+                                                              repetition_penalty=sp.repetition_penalty,
+                                                              presence_penalty=sp.presence_penalty),
+                                              o.max_concurrency)
             self.engine = None
         else:
-            from easyvideor1.rollout.hf_engine import HFEngine
-
             model = load_policy(model_path, dtype=o.dtype)
             model.eval()
             self.engine = HFEngine(model, self.processor, self.family, self.spec, max_batch_size=o.max_batch)
@@ -120,8 +126,6 @@ class Evaluator:
 
     def run(self, benchmarks: list[str]) -> dict[str, Any]:
         """Evaluate `benchmarks` (names or sample files); return {benchmark: Aggregate}."""
-        from easyvideor1.vision.decode import probe_seconds
-
         o = self.options
         Path(o.out_dir).mkdir(parents=True, exist_ok=True)
         benches = {b.name: b for b in (get_benchmark(name) for name in benchmarks)}
@@ -136,7 +140,7 @@ class Evaluator:
         items = longest_first(items, probe_seconds)
         progress = _progress(len(items))
 
-        def on_outcome(out: Outcome) -> None:
+        def on_outcome(out: GenerationOutcome) -> None:
             it, bench = out.item, benches[out.item.key]
             if out.error is not None or out.rollout is None:
                 row = bench.failed_row(it.sample, out.error or "no output", it.timing)

@@ -8,8 +8,9 @@
   any order and are handed on in completion order (upstream awaited each load in turn).
 - Samples are ordered longest video first, so the slowest ones do not straggle at the end.
 - The engine side is a `Backend`: `HFBatchBackend` batches whatever prompts are ready
-  (up to `max_batch`), `rollout.vllm_engine.AsyncVLLMBackend` submits each request to vLLM's
-  `AsyncLLM` on arrival and consumes results as they finish (`max_concurrency` in flight).
+  (up to `max_batch`), `AsyncEngineBackend` submits each request to an asynchronous engine
+  (`rollout.vllm_engine.AsyncVLLMEngine`, vLLM's `AsyncLLM`) on arrival and consumes results as
+  they finish (`max_concurrency` in flight).
 - Every sample ends as one result row: scored, or failed with its reason (load or generate),
   never dropped from the denominator.
 """
@@ -23,8 +24,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Callable, Protocol
 
-from easyvideor1.records import Rollout, Sample
 from easyvideor1.prompts import Prompt
+from easyvideor1.records import Rollout, Sample
 from easyvideor1.rollout.base import RolloutEngine, SamplingParams
 
 log = logging.getLogger(__name__)
@@ -44,16 +45,56 @@ class Item:
 
 
 @dataclass
-class Outcome:
+class GenerationOutcome:
+    """What became of one item: its rollout, or why generating it failed."""
+
     item: Item
     rollout: Rollout | None
     error: str | None
 
 
 class Backend(Protocol):
-    def run(self, items: AsyncIterator[Item], params: SamplingParams) -> AsyncIterator[Outcome]:
+    def run(self, items: AsyncIterator[Item], params: SamplingParams) -> AsyncIterator[GenerationOutcome]:
         """Consume prepared items as they arrive; yield outcomes as they finish."""
         ...
+
+
+class AsyncEngineBackend:
+    """An asynchronous engine (`rollout.vllm_engine.AsyncVLLMEngine`): each item is submitted as
+    soon as its prompt is ready, at most `max_concurrency` in flight; outcomes are yielded as
+    requests finish."""
+
+    def __init__(self, engine, max_concurrency: int = 64):
+        self.engine, self.max_concurrency = engine, max_concurrency
+
+    async def run(self, items: AsyncIterator[Item], params: SamplingParams) -> AsyncIterator[GenerationOutcome]:
+        slots = asyncio.Semaphore(self.max_concurrency)
+        finished: asyncio.Queue = asyncio.Queue()
+        submitted = 0
+
+        async def one(item):
+            try:
+                outcome = GenerationOutcome(item, await self.engine.generate_one(item.prompt, params), None)
+            except Exception as e:  # noqa: BLE001 - a failed request fails its sample only
+                outcome = GenerationOutcome(item, None, f"generation failed: {type(e).__name__}: {e}")
+            finally:
+                slots.release()
+            await finished.put(outcome)
+
+        tasks = []
+        async for item in items:
+            await slots.acquire()
+            tasks.append(asyncio.create_task(one(item)))
+            submitted += 1
+            while not finished.empty():
+                yield finished.get_nowait()
+                submitted -= 1
+        while submitted:
+            yield await finished.get()
+            submitted -= 1
+
+    def close(self) -> None:
+        self.engine.close()
 
 
 class HFBatchBackend:
@@ -62,7 +103,7 @@ class HFBatchBackend:
     def __init__(self, engine: RolloutEngine, max_batch: int = 8):
         self.engine, self.max_batch = engine, max_batch
 
-    async def run(self, items: AsyncIterator[Item], params: SamplingParams) -> AsyncIterator[Outcome]:
+    async def run(self, items: AsyncIterator[Item], params: SamplingParams) -> AsyncIterator[GenerationOutcome]:
         pending: asyncio.Queue = asyncio.Queue()
         done = asyncio.Event()
 
@@ -83,9 +124,9 @@ class HFBatchBackend:
             start = time.perf_counter()
             try:
                 groups = await asyncio.to_thread(self.engine.generate, [b.prompt for b in batch], 1, params)
-                outs = [Outcome(b, g[0], None) for b, g in zip(batch, groups)]
+                outs = [GenerationOutcome(b, g[0], None) for b, g in zip(batch, groups)]
             except Exception as e:  # noqa: BLE001 - a failed batch fails its samples, not the run
-                outs = [Outcome(b, None, f"generation failed: {type(e).__name__}: {e}") for b in batch]
+                outs = [GenerationOutcome(b, None, f"generation failed: {type(e).__name__}: {e}") for b in batch]
             for o in outs:
                 o.item.timing["generate_s"] = time.perf_counter() - start
                 yield o
@@ -124,12 +165,12 @@ async def _prepared(items: list[Item], prepare: Prepare, load_workers: int, pref
 
 
 async def run_async(items: list[Item], prepare: Prepare, backend: Backend, params: SamplingParams,
-                    on_outcome: Callable[[Outcome], None], load_workers: int = 4, prefetch: int = 16) -> None:
+                    on_outcome: Callable[[GenerationOutcome], None], load_workers: int = 4, prefetch: int = 16) -> None:
     """Drive `items` through loading, generation and `on_outcome` (which scores and writes)."""
     async def good_items() -> AsyncIterator[Item]:
         async for it in _prepared(items, prepare, load_workers, prefetch):
             if it.error is not None:
-                on_outcome(Outcome(it, None, it.error))
+                on_outcome(GenerationOutcome(it, None, it.error))
             else:
                 yield it
 
@@ -138,7 +179,7 @@ async def run_async(items: list[Item], prepare: Prepare, backend: Backend, param
 
 
 def run_sync_batches(items: list[Item], prepare: Prepare, engine: RolloutEngine, params: SamplingParams,
-                     on_outcome: Callable[[Outcome], None], batch_size: int = 8) -> None:
+                     on_outcome: Callable[[GenerationOutcome], None], batch_size: int = 8) -> None:
     """The vanilla loop (for comparison and for `--no-async`): load a fixed batch, generate it,
     wait for the whole batch, repeat."""
     for k in range(0, len(items), batch_size):
@@ -151,16 +192,16 @@ def run_sync_batches(items: list[Item], prepare: Prepare, engine: RolloutEngine,
                 ready.append(it)
             except Exception as e:  # noqa: BLE001
                 it.error = f"load failed: {type(e).__name__}: {e}"
-                on_outcome(Outcome(it, None, it.error))
+                on_outcome(GenerationOutcome(it, None, it.error))
             it.timing["load_s"] = time.perf_counter() - start
         if not ready:
             continue
         start = time.perf_counter()
         try:
             groups = engine.generate([it.prompt for it in ready], 1, params)
-            outs = [Outcome(it, g[0], None) for it, g in zip(ready, groups)]
+            outs = [GenerationOutcome(it, g[0], None) for it, g in zip(ready, groups)]
         except Exception as e:  # noqa: BLE001
-            outs = [Outcome(it, None, f"generation failed: {type(e).__name__}: {e}") for it in ready]
+            outs = [GenerationOutcome(it, None, f"generation failed: {type(e).__name__}: {e}") for it in ready]
         for o in outs:
             o.item.timing["generate_s"] = time.perf_counter() - start
             on_outcome(o)

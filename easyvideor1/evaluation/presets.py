@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from easyvideor1.evaluation.settings import EvalSettings, SamplingParams
+from easyvideor1.evaluation.settings import DecodingSettings, EvalSettings
 from easyvideor1.vision.config import VisionConfig
 
 _QWEN2_TOKEN = 28 * 28  # pixels of one merged Qwen2/2.5-VL vision token
@@ -35,7 +35,7 @@ class Preset:
 
     vision: VisionConfig
     """Frame sampling and pixel budgets."""
-    sampling: SamplingParams
+    sampling: DecodingSettings
     """Decoding parameters."""
     source: str
     """Where the values come from."""
@@ -54,15 +54,15 @@ QWEN3_VL_VISION = VisionConfig(
     image_min_pixels=4 * _QWEN3_TOKEN, image_max_pixels=16384 * _QWEN3_TOKEN,
 )
 
-QWEN2_5_VL_SAMPLING = SamplingParams(temperature=0.1, top_p=0.001, top_k=1,
+QWEN2_5_VL_SAMPLING = DecodingSettings(temperature=0.1, top_p=0.001, top_k=1,
                                      repetition_penalty=1.05, max_new_tokens=4096)
-QWEN3_VL_SAMPLING = SamplingParams(temperature=0.7, top_p=0.8, top_k=20, repetition_penalty=1.0,
+QWEN3_VL_SAMPLING = DecodingSettings(temperature=0.7, top_p=0.8, top_k=20, repetition_penalty=1.0,
                                    presence_penalty=1.5, max_new_tokens=4096)
-QWEN3_VL_THINKING_SAMPLING = SamplingParams(temperature=1.0, top_p=0.95, top_k=20,
+QWEN3_VL_THINKING_SAMPLING = DecodingSettings(temperature=1.0, top_p=0.95, top_k=20,
                                             presence_penalty=0.0, max_new_tokens=8192)
-GREEDY = SamplingParams(temperature=0.0, max_new_tokens=4096)
+GREEDY = DecodingSettings(temperature=0.0, max_new_tokens=4096)
 
-PRESETS: dict[str, Preset] = {
+EVAL_PRESETS: dict[str, Preset] = {
     "qwen2_5_vl": Preset(QWEN2_5_VL_VISION, QWEN2_5_VL_SAMPLING,
                          "QwenLM/Qwen2.5-VL qwen-vl-utils; Qwen2.5-VL-Instruct generation_config.json"),
     "qwen2_5_vl_greedy": Preset(QWEN2_5_VL_VISION, GREEDY,
@@ -78,14 +78,14 @@ PRESETS: dict[str, Preset] = {
 
 def get_preset(name: str) -> Preset:
     """The preset called `name`; an unknown name is an error listing the known ones."""
-    if name not in PRESETS:
-        raise ValueError(f"unknown evaluation preset {name!r}; choose one of {', '.join(PRESETS)}")
-    return PRESETS[name]
+    if name not in EVAL_PRESETS:
+        raise ValueError(f"unknown evaluation preset {name!r}; choose one of {', '.join(EVAL_PRESETS)}")
+    return EVAL_PRESETS[name]
 
 
 def settings(preset: str, model_path: str, engine: str = "vllm", *,
              prompt_template: str = "builtin", prompt_digest: str = "", judge: str = "",
-             family: str | None = None, sampling: SamplingParams | None = None) -> EvalSettings:
+             family: str | None = None, sampling: DecodingSettings | None = None) -> EvalSettings:
     """`EvalSettings` from a preset. `family` re-targets the frame budget's grid (e.g. a Qwen3.5
     model under the Qwen3-VL budget); `sampling` replaces the preset's decoding parameters."""
     p = get_preset(preset)

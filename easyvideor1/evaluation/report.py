@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from easyvideor1.evaluation.adapters import BENCHMARKS, get_benchmark
 from easyvideor1.evaluation.aggregate import Aggregate
-from easyvideor1.evaluation.benchmarks import BENCHMARKS, get_benchmark
 from easyvideor1.evaluation.results import SETTINGS_FILE, read_results
 
 log = logging.getLogger(__name__)

@@ -25,7 +25,7 @@ from typing import Any, Self
 
 from easyvideor1.errors import UserError
 from easyvideor1.evaluation.settings import (
-    MODEL_KEYS,
+    UNHASHED_KEYS,
     EvalSettings,
     differences,
     settings_hash,
@@ -135,8 +135,8 @@ def check_settings(results_dir: str | os.PathLike, settings: EvalSettings) -> No
 def check_comparable(dir_a: str | os.PathLike, dir_b: str | os.PathLike) -> None:
     """Refuse to compare two results folders whose protocols (settings but the model) differ."""
     a, b = read_settings(dir_a), read_settings(dir_b)
-    if settings_hash(a, MODEL_KEYS) != settings_hash(b, MODEL_KEYS):
-        lines = "\n  ".join(differences(a, b, exclude=MODEL_KEYS))
+    if settings_hash(a, UNHASHED_KEYS) != settings_hash(b, UNHASHED_KEYS):
+        lines = "\n  ".join(differences(a, b, exclude=UNHASHED_KEYS))
         raise SettingsMismatch(
             f"{dir_a} and {dir_b} were evaluated under different settings, so their scores are "
             f"not comparable:\n  {lines}\nRe-run one of them with the other's settings.")

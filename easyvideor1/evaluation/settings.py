@@ -28,12 +28,13 @@ from easyvideor1.vision.config import VisionConfig
 
 ENGINES = ("vllm", "hf")
 # Keys left out of the protocol hash: what legitimately differs between compared runs.
-MODEL_KEYS = ("model_path",)
+UNHASHED_KEYS = ("model_path",)
 
 
 @dataclass(frozen=True)
-class SamplingParams:
-    """Decoding parameters of the evaluated model (temperature 0 means greedy)."""
+class DecodingSettings:
+    """Decoding parameters of the evaluated model (temperature 0 means greedy); the evaluator turns
+    them into the engine's per-call `rollout.base.SamplingParams` (`evaluator.sampling_from`)."""
 
     temperature: float = 0.0
     """Sampling temperature; 0 decodes greedily (top_p/top_k are then ignored)."""
@@ -76,7 +77,7 @@ class EvalSettings:
     """Generation engine: `vllm` or `hf`."""
     vision: VisionConfig = field(default_factory=VisionConfig)
     """Frame sampling and pixel budgets (only its score-changing `key_params` are hashed)."""
-    sampling: SamplingParams = field(default_factory=SamplingParams)
+    sampling: DecodingSettings = field(default_factory=DecodingSettings)
     """Decoding parameters."""
     prompt_template: str = "builtin"
     """Template folder used to render prompts (`builtin`: the package's own templates)."""
@@ -110,7 +111,7 @@ class EvalSettings:
     @property
     def protocol_hash(self) -> str:
         """Hash of every setting except the model (comparison key)."""
-        return settings_hash(self.flat(), exclude=MODEL_KEYS)
+        return settings_hash(self.flat(), exclude=UNHASHED_KEYS)
 
 
 def settings_hash(flat: dict[str, Any], exclude: tuple[str, ...] = ()) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from easyvideor1.models.families import FAMILIES
+from easyvideor1.models.families import MODEL_FAMILIES
 from easyvideor1.models.tiny import SIZES, build_tiny_model
 
 
@@ -15,14 +15,14 @@ def register(subparsers) -> None:
         help="build a tiny random-weight model + tokenizer + processor (offline)",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    p.add_argument("--family", required=True, choices=list(FAMILIES), help="model family")
+    p.add_argument("--family", required=True, choices=list(MODEL_FAMILIES), help="model family")
     p.add_argument("--out", required=True, help="output directory (HF format)")
     p.add_argument("--seed", type=int, default=0, help="weight initialisation seed")
     p.add_argument("--size", default="tiny", choices=list(SIZES), help="model size")
-    p.set_defaults(func=run)
+    p.set_defaults(func=_run)
 
 
-def run(args) -> int:
+def _run(args) -> int:
     """Build the model and print where it went."""
     out = build_tiny_model(args.family, args.out, seed=args.seed, size=args.size)
     print(f"wrote {args.family} ({args.size}, seed {args.seed}) to {out}")

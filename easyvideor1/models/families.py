@@ -1,7 +1,7 @@
 """What differs between the Qwen-VL model families, declared in one place.
 
 Every family-specific number or rule the rest of the package needs is a field here, so a
-new family is one entry in `FAMILIES`, not a hunt for `if "qwen3" in name` branches. The
+new family is one entry in `MODEL_FAMILIES`, not a hunt for `if "qwen3" in name` branches. The
 M-RoPE rule of each family is a function in `models/mrope.py` (registry `MROPE`), and the
 tiny configs are in `models/tiny.py` (registry `TINY_CONFIGS`), both keyed by these names.
 """
@@ -64,7 +64,7 @@ class Family:
         return self.patch_size * self.merge_size
 
 
-FAMILIES: dict[str, Family] = {
+MODEL_FAMILIES: dict[str, Family] = {
     "qwen2_vl": Family(
         name="qwen2_vl",
         model_type="qwen2_vl",
@@ -139,15 +139,15 @@ FAMILIES: dict[str, Family] = {
 def get_family(name: str) -> Family:
     """The family called `name`; an unknown name is an error listing the known ones."""
     try:
-        return FAMILIES[name]
+        return MODEL_FAMILIES[name]
     except KeyError:
-        raise ValueError(f"unknown model family {name!r}; known: {', '.join(FAMILIES)}") from None
+        raise ValueError(f"unknown model family {name!r}; known: {', '.join(MODEL_FAMILIES)}") from None
 
 
 def family_of(config) -> Family:
     """The family of a loaded HF model config (by `config.model_type`)."""
-    for family in FAMILIES.values():
+    for family in MODEL_FAMILIES.values():
         if family.model_type == config.model_type:
             return family
-    known = ", ".join(f.model_type for f in FAMILIES.values())
+    known = ", ".join(f.model_type for f in MODEL_FAMILIES.values())
     raise ValueError(f"model_type {config.model_type!r} is not a supported family; known: {known}")

@@ -169,7 +169,7 @@ def build_inputs(
 
     `frames` lists the sample's videos and images in the order of `sample.videos` and
     `sample.images` (videos and images may be interleaved; only the order within each
-    modality matters). `user_text` is the rendered prompt (`data.prompts.render_prompt`).
+    modality matters). `user_text` is the rendered prompt (`data.templates.render_prompt`).
     """
     sid = sample.problem_id
     _check_frames(sid, frames, family)

@@ -7,7 +7,7 @@ are imported inside the families that need them, on first use).
 from easyvideor1.rewards.config import RewardConfig
 from easyvideor1.rewards.dispatch import (
     ALIASES,
-    FAMILIES,
+    TASK_FAMILIES,
     canonical_type,
     register,
     score,
@@ -17,9 +17,9 @@ from easyvideor1.rewards.verdict import Verdict
 
 __all__ = [
     "ALIASES",
-    "FAMILIES",
     "JudgeConfig",
     "RewardConfig",
+    "TASK_FAMILIES",
     "Verdict",
     "canonical_type",
     "register",

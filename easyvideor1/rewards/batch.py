@@ -26,11 +26,13 @@ from dataclasses import dataclass
 from multiprocessing.connection import wait
 
 from easyvideor1.records import RewardResult, Sample
+from easyvideor1.rewards import open_ended
 from easyvideor1.rewards.config import RewardConfig
 from easyvideor1.rewards.dispatch import DEFAULT_CONFIG, canonical_type, score
+from easyvideor1.rewards.judge import judge_many
 
 log = logging.getLogger(__name__)
-Outcome = tuple[RewardResult | None, str | None]  # (result, error message)
+ScoreOutcome = tuple[RewardResult | None, str | None]  # (result, error message)
 
 
 @dataclass
@@ -145,8 +147,8 @@ class ScoringPool:
         self._slots[k] = _Slot(self._ctx, self.cfg)
         return self._slots[k]
 
-    def _run(self, responses: list[str], samples: list[Sample]) -> list[Outcome]:
-        out: list[Outcome] = [(None, None)] * len(samples)
+    def _run(self, responses: list[str], samples: list[Sample]) -> list[ScoreOutcome]:
+        out: list[ScoreOutcome] = [(None, None)] * len(samples)
         pending = list(range(len(samples)))[::-1]
         for slot in self._slots:
             if pending:
@@ -196,9 +198,6 @@ def _check(responses: list[str], samples: list[Sample], cfg: RewardConfig) -> No
 
 
 def _prefetch_judge(responses: list[str], samples: list[Sample], cfg: RewardConfig) -> None:
-    from easyvideor1.rewards import open_ended
-    from easyvideor1.rewards.judge import judge_many
-
     items = [
         open_ended.judge_item(r, s)
         for r, s in zip(responses, samples)
@@ -215,7 +214,7 @@ def _prefetch_judge(responses: list[str], samples: list[Sample], cfg: RewardConf
             )
 
 
-def _finish(outcomes: list[Outcome], samples: list[Sample]) -> list[RewardResult]:
+def _finish(outcomes: list[ScoreOutcome], samples: list[Sample]) -> list[RewardResult]:
     results = []
     for i, (result, error) in enumerate(outcomes):
         if error is not None or result is None:
@@ -242,7 +241,7 @@ def score_batch(
     cfg = cfg or DEFAULT_CONFIG
     if workers is not None and workers <= 0:
         _check(responses, samples, cfg)
-        outcomes: list[Outcome] = []
+        outcomes: list[ScoreOutcome] = []
         for response, sample in zip(responses, samples):
             try:
                 outcomes.append((score(response, sample, cfg), None))

@@ -17,13 +17,14 @@ import json
 import sys
 from pathlib import Path
 
+from easyvideor1.data.loading import load_samples, read_records
 from easyvideor1.records import Sample
+from easyvideor1.rewards.batch import metrics_by_type, score_batch
+from easyvideor1.rewards.config import RewardConfig
 
 
 def read_responses(path: Path) -> list[dict]:
     """Response records of a JSONL (or JSON list) file; errors name the file and line."""
-    from easyvideor1.data.loading import read_records
-
     rows = []
     for index, raw in read_records(path):
         if isinstance(raw, str):
@@ -53,12 +54,8 @@ def match_responses(samples: list[Sample], responses: list[dict], where: str) ->
     return [str(r["response"]) for r in responses]
 
 
-def run(args: argparse.Namespace) -> int:
+def _run(args: argparse.Namespace) -> int:
     """Score, write one RewardResult per line, print metrics per problem_type."""
-    from easyvideor1.data.loading import load_samples
-    from easyvideor1.rewards.batch import metrics_by_type, score_batch
-    from easyvideor1.rewards.config import RewardConfig
-
     samples = load_samples(args.data)
     responses_path = Path(args.responses)
     responses = match_responses(samples, read_responses(responses_path), str(responses_path))
@@ -97,4 +94,4 @@ def register(subparsers) -> None:
                    help="whether <think> is required by the format reward")  # fmt: skip
     p.add_argument("--format-weight", type=float, default=0.1,
                    help="weight of format in overall (accuracy gets 1 - it)")  # fmt: skip
-    p.set_defaults(func=run)
+    p.set_defaults(func=_run)

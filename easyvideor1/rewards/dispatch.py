@@ -1,6 +1,6 @@
 """The reward dispatcher: route a sample to its task family by `problem_type`, weight, combine.
 
-`FAMILIES` maps each canonical problem type to its scorer, a plain function
+`TASK_FAMILIES` maps each canonical problem type to its scorer, a plain function
 `fn(response: str, sample: Sample, cfg: RewardConfig) -> Verdict`. `ALIASES` maps the other
 names users' data already uses to a canonical type. Lookup ignores case and treats "-", "_"
 and spaces alike ("Multiple-Choice" == "multiple choice"). An unknown type is an error that
@@ -47,13 +47,13 @@ def _key(name: str) -> str:
 def canonical_type(problem_type: str) -> str:
     """The canonical family name of a problem type (alias resolved); ValueError if unknown."""
     key = _key(problem_type)
-    for name in FAMILIES:
+    for name in TASK_FAMILIES:
         if _key(name) == key:
             return name
     for alias, name in ALIASES.items():
         if _key(alias) == key:
             return name
-    known = sorted({*FAMILIES, *ALIASES})
+    known = sorted({*TASK_FAMILIES, *ALIASES})
     raise ValueError(
         f"unknown problem_type {problem_type!r}; known types: {', '.join(known)}. "
         "Fix the data, or add a family with easyvideor1.rewards.register(name, fn)."
@@ -62,12 +62,12 @@ def canonical_type(problem_type: str) -> str:
 
 def scorer_for(problem_type: str) -> Scorer:
     """The scorer function of a problem type (ValueError listing known types if unknown)."""
-    return FAMILIES[canonical_type(problem_type)]
+    return TASK_FAMILIES[canonical_type(problem_type)]
 
 
 def register(name: str, fn: Scorer, aliases: tuple[str, ...] = ()) -> None:
     """Add (or replace) a family: `fn(response, sample, cfg) -> Verdict`, under `name` and `aliases`."""
-    FAMILIES[name] = fn
+    TASK_FAMILIES[name] = fn
     for alias in aliases:
         ALIASES[alias] = name
 
@@ -96,7 +96,7 @@ def score(response: str, sample: Sample, cfg: RewardConfig | None = None) -> Rew
     return RewardResult(overall=overall, accuracy=accuracy, format=fmt, parts=parts)
 
 
-FAMILIES: dict[str, Scorer] = {
+TASK_FAMILIES: dict[str, Scorer] = {
     "multiple choice": multiple_choice.score,
     "numerical": numerical.score,
     "regression": regression.score,

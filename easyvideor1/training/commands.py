@@ -6,6 +6,9 @@ import argparse
 import logging
 from pathlib import Path
 
+from easyvideor1 import config_tree
+from easyvideor1.data.synth import DEMO_TRAIN, DEMO_VAL
+
 
 def _split_config(args: argparse.Namespace) -> tuple[str | None, list[str]]:
     """(YAML file or None, overrides): a first argument with `=` that is no file is an override."""
@@ -28,8 +31,7 @@ def _missing(cfg) -> list[str]:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from easyvideor1 import config_tree
-    from easyvideor1.config import Config, load_config
+    from easyvideor1.config import Config, load_config  # this and the imports below import torch
 
     if args.help_config:
         print("\n".join(config_tree.describe(Config)))
@@ -62,7 +64,7 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from easyvideor1.training.demo import run_demo
+    from easyvideor1.training.demo import run_demo  # imports torch
 
     run_demo(args.out, steps=args.steps, minutes=args.minutes, hybrid=not args.no_hybrid, seed=args.seed,
              overrides=args.overrides, num_train=args.train_samples, num_val=args.val_samples)
@@ -79,8 +81,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. training.steps=10 rollout.n=4")
     p.add_argument("--help-config", action="store_true", help="list every config field with its default and doc")
     p.set_defaults(func=_train)
-
-    from easyvideor1.training.demo import DEMO_TRAIN, DEMO_VAL
 
     p = subparsers.add_parser("demo", help="the embedded default: tiny model + synthetic video tasks, on CPU",
                               description="Build a tiny Qwen-VL model and the synthetic task suite, cache the "

@@ -12,16 +12,20 @@ import time
 from importlib import resources
 from pathlib import Path
 
-from easyvideor1.data.synth import CHANCE, TASKS
+from easyvideor1.config import load_config
+from easyvideor1.data.loading import load_samples
+from easyvideor1.data.synth import CHANCE, DEMO_TRAIN, DEMO_VAL, TASKS, write_suite
+from easyvideor1.models.tiny import build_tiny_model
+from easyvideor1.training.report import write_training_report
+from easyvideor1.training.setup import build_run
+from easyvideor1.training.trainer import train
+from easyvideor1.training.validation import validate
+from easyvideor1.vision.cache_build import build_cache
 
 log = logging.getLogger(__name__)
 
 GROUNDING = ("when", "where")
 CLASSIFICATION = ("colour", "motion", "count", "presence", "image_colour", "image_count")
-# 256 training samples per task, so every combination a task can show is seen in training (with
-# 64, two of presence's 16 asked x shown colour pairs were missing from training but not from
-# validation); 24 held-out samples per task (with 12, one answer moved a task's score by 0.08).
-DEMO_TRAIN, DEMO_VAL = 2048, 192
 
 
 def demo_config_path() -> str:
@@ -53,16 +57,6 @@ def run_demo(out: str | Path, steps: int | None = None, minutes: float = 13.0, h
              model_size: str = "tiny") -> dict[str, float]:
     """Run the whole demo under `out`; return the validation metrics after training."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    from easyvideor1.config import load_config
-    from easyvideor1.data.loading import load_samples
-    from easyvideor1.data.synth import write_suite
-    from easyvideor1.models.tiny import build_tiny_model
-    from easyvideor1.training.report import write_training_report
-    from easyvideor1.training.setup import build_run
-    from easyvideor1.training.trainer import train
-    from easyvideor1.training.validation import validate
-    from easyvideor1.vision.cache_build import build_cache
-
     out = Path(out)
     t0 = time.monotonic()
     print(f"[demo] 1/6 tiny model -> {out / 'model'}")

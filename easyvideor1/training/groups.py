@@ -1,7 +1,7 @@
 """Stage 2 of a step: prompts -> scored groups (rollout, hybrid slot, rewards, filtering).
 
 `RolloutStage` holds what this stage needs (engine, group size, hybrid mode, scorer, sampling
-settings) once per run. `ScoreFn(responses, samples) -> list[RewardResult]` is injected, so
+settings) once per run. `BatchScoreFn(responses, samples) -> list[RewardResult]` is injected, so
 the trainer never knows which reward families exist; the rewards package's batch scorer is
 the default.
 
@@ -28,7 +28,7 @@ from easyvideor1.records import RewardResult, Rollout, Sample
 from easyvideor1.rollout.base import RolloutEngine, SamplingParams
 from easyvideor1.training.hybrid import HybridCounters, fill_groups, online_count
 
-ScoreFn = Callable[[list[str], list[Sample]], list[RewardResult]]
+BatchScoreFn = Callable[[list[str], list[Sample]], list[RewardResult]]
 
 
 @dataclass
@@ -48,7 +48,7 @@ class ScoredGroups:
         self.hybrid.merge(other.hybrid)
 
 
-def _score(groups: list[list[Rollout]], prompts: list[Prompt], score_fn: ScoreFn) -> list[list[RewardResult]]:
+def _score(groups: list[list[Rollout]], prompts: list[Prompt], score_fn: BatchScoreFn) -> list[list[RewardResult]]:
     flat = [(g, r) for g, grp in enumerate(groups) for r in grp]
     results = score_fn([r.text for _, r in flat], [prompts[g].sample for g, _ in flat])
     out: list[list[RewardResult]] = [[] for _ in groups]
@@ -72,7 +72,7 @@ class RolloutStage:
     """Prompts -> scored groups, with everything that takes (built once per run)."""
 
     engine: RolloutEngine
-    score_fn: ScoreFn
+    score_fn: BatchScoreFn
     tokenizer: object
     end_token: str  # appended to offline trajectories, so they end like generated responses
     rollout: RolloutConfig  # group size and sampling settings

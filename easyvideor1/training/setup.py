@@ -14,7 +14,7 @@ import torch
 from easyvideor1 import distributed
 from easyvideor1.config import Config
 from easyvideor1.config_tree import ConfigError, to_dict
-from easyvideor1.data.prompts import render_prompt
+from easyvideor1.data.templates import render_prompt
 from easyvideor1.data.loading import load_samples
 from easyvideor1.algorithms import make_kl_controller
 from easyvideor1.models.families import family_of
@@ -23,6 +23,8 @@ from easyvideor1.models.mrope import mrope_spec
 from easyvideor1.records import Sample
 from easyvideor1.rewards.batch import ScoringPool, score_batch
 from easyvideor1.prompts import PromptBuilder
+from easyvideor1.rollout.hf_engine import HFEngine
+from easyvideor1.rollout.vllm_engine import VLLMEngine, check_media_limits  # imports vllm only when built
 from easyvideor1.training.fsdp import init_distributed, shard
 from easyvideor1.training.groups import RolloutStage
 from easyvideor1.training.loader import PromptLoader
@@ -77,8 +79,6 @@ def make_engine(cfg: Config, model, processor, family, spec, device, samples: li
     as in the policy (FSDP unties it). `samples` are checked against the per-prompt media limits.
     """
     if cfg.rollout.engine == "vllm":
-        from easyvideor1.rollout.vllm_engine import VLLMEngine, check_media_limits
-
         r, world = cfg.rollout, distributed.world_size()
         if world % r.tensor_parallel_size:
             raise ConfigError(f"rollout.tensor_parallel_size={r.tensor_parallel_size} must divide the number of "
@@ -91,8 +91,6 @@ def make_engine(cfg: Config, model, processor, family, spec, device, samples: li
                           gpu_memory_utilization=r.gpu_memory_utilization, limit_mm_per_prompt=limits,
                           enable_sleep_mode=None if r.sleep else False, seed=cfg.training.seed,
                           enforce_eager=r.enforce_eager, external_launcher=world > 1, untie_embeddings=untied)
-    from easyvideor1.rollout.hf_engine import HFEngine
-
     return HFEngine(model, processor, family, spec)
 
 

@@ -183,7 +183,7 @@ def log_examples(run: Run, step: int, scored: ScoredGroups, groups: int = 1) -> 
         f.writelines(json.dumps(row) + "\n" for row in rows)
 
 
-def save_checkpoint(run: Run, step: int) -> None:
+def checkpoint_run(run: Run, step: int) -> None:
     """Everything that lives across steps: loader position, KL coefficient, step (model,
     optimizer, schedule and every rank's RNG are saved by `checkpoint.save_checkpoint`)."""
     state = {"loader": run.loader.state_dict(), "kl_controller": run.kl.state_dict(), "step": step}
@@ -240,7 +240,7 @@ def train(run: Run) -> dict[str, Any]:
                 line += f"  budget_left={max(0.0, minutes_left):.1f}min"
             progress.set_postfix_str(line)
         if cfg.checkpoint.every and step % cfg.checkpoint.every == 0:
-            save_checkpoint(run, step)
+            checkpoint_run(run, step)
         if cfg.training.max_minutes and minutes_left <= 0:
             log.info("stopping after %.1f minutes (training.max_minutes)", cfg.training.max_minutes)
             break
@@ -248,5 +248,5 @@ def train(run: Run) -> dict[str, Any]:
         progress.close()
     every = cfg.checkpoint.every  # 0: no checkpoints; else every k steps and after the last one
     if every and run.step and run.step % every:
-        save_checkpoint(run, run.step)
+        checkpoint_run(run, run.step)
     return last

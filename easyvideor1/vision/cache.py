@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 FORMAT_VERSION = 1
 CONFIG_FILE = "cache_config.json"
 INDEX_FILE = "index.json"
-MODES = ("prefer_cache", "cache_only", "realtime")
+SOURCE_MODES = ("prefer_cache", "cache_only", "realtime")
 _HEADER = "easyvideor1"  # the safetensors metadata field holding our JSON header
 
 
@@ -172,8 +172,8 @@ class FrameSource:
 
     def __init__(self, cfg: VisionConfig, cache_dir: str | os.PathLike | None = None,
                  mode: str = "prefer_cache"):
-        if mode not in MODES:
-            raise ValueError(f"frame source mode {mode!r}; choose one of {', '.join(MODES)}")
+        if mode not in SOURCE_MODES:
+            raise ValueError(f"frame source mode {mode!r}; choose one of {', '.join(SOURCE_MODES)}")
         self.cfg, self.mode, self.params = cfg, mode, cfg.key_params()
         self.cache_dir = Path(cache_dir) if cache_dir is not None and mode != "realtime" else None
         self.content_hash = False

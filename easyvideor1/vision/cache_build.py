@@ -55,7 +55,7 @@ class Job:
 
 
 @dataclass
-class Outcome:
+class BuildOutcome:
     """What became of one job."""
 
     key: str
@@ -99,16 +99,16 @@ def _media(sample: Sample) -> list[tuple[str, str, float | None, float | None]]:
             + [("image", i, None, None) for i in sample.images])
 
 
-def _run_job(job: Job, cfg: VisionConfig, out_dir: str, verify: bool) -> Outcome:
+def _run_job(job: Job, cfg: VisionConfig, out_dir: str, verify: bool) -> BuildOutcome:
     """Make (or, with verify, check) one entry; runs in a worker process."""
     path = entry_path(out_dir, job.key)
     if path.exists():
         if not verify:
-            return Outcome(job.key, True, reason="skipped")
+            return BuildOutcome(job.key, True, reason="skipped")
         try:
             frames, _ = read_entry(path, cfg.key_params())
             frames.pixels.sum()  # touch every byte: a truncated file fails here
-            return Outcome(job.key, True, reason="skipped")
+            return BuildOutcome(job.key, True, reason="skipped")
         except CacheError:
             path.unlink(missing_ok=True)
             rebuilt = True
@@ -124,10 +124,10 @@ def _run_job(job: Job, cfg: VisionConfig, out_dir: str, verify: bool) -> Outcome
                   "params": cfg.key_params(), "start": job.start, "end": job.end}
         size = write_entry(path, frames, header)
     except MediaError as e:
-        return Outcome(job.key, False, e.reason, str(e))
+        return BuildOutcome(job.key, False, e.reason, str(e))
     except Exception as e:  # noqa: BLE001 - reported per file, the run goes on
-        return Outcome(job.key, False, "error", f"{job.kind} {job.path}: {type(e).__name__}: {e}")
-    return Outcome(job.key, True, reason="rebuilt" if rebuilt else "built", bytes=size)
+        return BuildOutcome(job.key, False, "error", f"{job.kind} {job.path}: {type(e).__name__}: {e}")
+    return BuildOutcome(job.key, True, reason="rebuilt" if rebuilt else "built", bytes=size)
 
 
 def _init_worker() -> None:
@@ -197,10 +197,10 @@ def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
 
 
 def _execute(jobs: list[Job], cfg: VisionConfig, out_dir: str, workers: int, verify: bool,
-             progress: bool) -> dict[str, Outcome]:
+             progress: bool) -> dict[str, BuildOutcome]:
     from tqdm import tqdm
 
-    outcomes: dict[str, Outcome] = {}
+    outcomes: dict[str, BuildOutcome] = {}
     bar = tqdm(total=len(jobs), unit="media", desc="cache", disable=not progress, file=sys.stderr,
                dynamic_ncols=True, smoothing=0.1)
     if workers == 0 or not jobs:
@@ -217,7 +217,8 @@ def _execute(jobs: list[Job], cfg: VisionConfig, out_dir: str, workers: int, ver
                 try:
                     outcomes[job.key] = future.result()
                 except BrokenProcessPool as e:  # a decoder crashed its worker
-                    outcomes[job.key] = Outcome(job.key, False, "error", f"{job.kind} {job.path}: worker died ({e})")
+                    outcomes[job.key] = BuildOutcome(job.key, False, "error",
+                                                     f"{job.kind} {job.path}: worker died ({e})")
                 bar.update()
     bar.close()
     return outcomes
@@ -291,7 +292,7 @@ def build_cache(samples: list[Sample], cfg: VisionConfig, out_dir: str | os.Path
     return report
 
 
-def _update_index(out: Path, jobs: Iterable[Job], outcomes: dict[str, Outcome]) -> None:
+def _update_index(out: Path, jobs: Iterable[Job], outcomes: dict[str, BuildOutcome]) -> None:
     """Record request -> key for every entry now present (lets cache_only work without sources)."""
     path = out / INDEX_FILE
     index = json.loads(path.read_text()) if path.exists() else {}

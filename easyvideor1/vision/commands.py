@@ -7,6 +7,7 @@ import dataclasses
 import logging
 import sys
 
+from easyvideor1.data.loading import DataError, load_records
 from easyvideor1.vision.config import BACKENDS, VisionConfig
 
 
@@ -41,7 +42,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--content-hash", action="store_true", help="also hash file contents into the keys (slower)")
     p.add_argument("--verify", action="store_true", help="load every existing entry in full; rebuild damaged ones")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.set_defaults(func=run)
+    p.set_defaults(func=_run)
 
 
 def config_from_args(args: argparse.Namespace) -> VisionConfig:
@@ -53,10 +54,9 @@ def config_from_args(args: argparse.Namespace) -> VisionConfig:
         image_min_pixels=args.image_min_pixels, image_max_pixels=args.image_max_pixels, backend=args.backend)
 
 
-def run(args: argparse.Namespace) -> int:
+def _run(args: argparse.Namespace) -> int:
     """Load the samples, build the cache, print the summary."""
-    from easyvideor1.data.loading import DataError, load_records
-    from easyvideor1.vision.cache import CacheError
+    from easyvideor1.vision.cache import CacheError  # these two import torch
     from easyvideor1.vision.cache_build import build_cache
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")

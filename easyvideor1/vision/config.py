@@ -22,7 +22,7 @@ class VisionConfig:
     """Frame sampling and resizing parameters (defaults follow Qwen's own: 2 fps, <= 128 frames)."""
 
     family: str = "qwen2_5_vl"
-    """Model family (`models.families.FAMILIES`): sets the grid factor and temporal patch size."""
+    """Model family (`models.families.MODEL_FAMILIES`): sets the grid factor and temporal patch size."""
     fps: float = 2.0
     """Target sampling rate of video frames, frames per second of source time."""
     min_frames: int = 4

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from easyvideor1.algorithms import ADVANTAGES, AlgorithmConfig
-from easyvideor1.algorithms.advantages import KNOWN_INPUTS
+from easyvideor1.algorithms.advantages import ADVANTAGE_INPUTS
 from easyvideor1.distributed import all_reduce_floats
 
 # Group "a": rewards [1, 0, 0.5]; group "b": one response; group "c": two equal rewards.
@@ -191,7 +191,7 @@ def test_uniform_calling_convention(name):
     everything = dict(kl_penalty=torch.zeros(6, 3), greedy_rewards=torch.zeros(6),
                       reward_parts={"accuracy": REWARDS, "format": REWARDS}, all_reduce_floats=all_reduce_floats,
                       **AlgorithmConfig().estimator_kwargs())
-    assert set(everything) | {"rewards", "group_ids", "response_mask"} == KNOWN_INPUTS
+    assert set(everything) | {"rewards", "group_ids", "response_mask"} == ADVANTAGE_INPUTS
     assert torch.isfinite(call(name, **everything)).all()
     with pytest.raises(TypeError, match="gama"):
         call(name, **everything, gama=0.9)

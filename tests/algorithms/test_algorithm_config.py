@@ -9,8 +9,8 @@ import torch
 
 from easyvideor1.algorithms import (
     ADVANTAGES,
+    ALGORITHM_PRESETS,
     POLICY_LOSSES,
-    PRESETS,
     AlgorithmConfig,
     filter_groups,
     from_preset,
@@ -18,6 +18,8 @@ from easyvideor1.algorithms import (
     loss_normalizer,
 )
 from easyvideor1.algorithms import config as config_module
+from easyvideor1.algorithms import policy_losses
+from easyvideor1.algorithms.policy_losses import LossSettings
 
 
 def test_every_field_has_a_one_line_docstring():
@@ -59,8 +61,8 @@ def test_bad_values_name_the_field(overrides, field):
 
 
 def test_presets_name_the_recipes():
-    assert set(PRESETS) == {"grpo", "dapo", "dr_grpo", "gspo", "cispo", "reinforce_plus_plus", "rloo", "remax",
-                            "gdpo", "luffy"}
+    assert set(ALGORITHM_PRESETS) == {"grpo", "dapo", "dr_grpo", "gspo", "cispo", "reinforce_plus_plus", "rloo",
+                                      "remax", "gdpo", "luffy"}
     dapo = from_preset("dapo")
     assert (dapo.clip_ratio_low, dapo.clip_ratio_high, dapo.loss_agg_mode) == (0.2, 0.28, "token_mean")
     assert dapo.disable_kl and dapo.online_filtering and not dapo.needs_reference
@@ -75,7 +77,7 @@ def test_presets_name_the_recipes():
         from_preset("grpo", kl_cof=0.1)
 
 
-@pytest.mark.parametrize("preset", list(PRESETS))
+@pytest.mark.parametrize("preset", list(ALGORITHM_PRESETS))
 def test_each_preset_runs_through_the_uniform_calls(preset):
     """The trainer's calls from the package docstring, unchanged for every recipe."""
     cfg = from_preset(preset)
@@ -106,3 +108,13 @@ def test_each_preset_runs_through_the_uniform_calls(preset):
     assert torch.isfinite(loss) and torch.isfinite(lp.grad).all() and lp.grad.abs().sum() > 0
     assert torch.all(lp.grad[mask == 0] == 0)
     assert {"pg_loss", "clip_frac", "ratio_mean", "approx_kl"} <= set(metrics)
+
+
+def test_the_config_has_every_setting_a_policy_loss_reads():
+    """The losses type `cfg` as `LossSettings` (they must not import the config, which imports
+    them): every `cfg.<name>` they read is declared there, with the config's own type."""
+    fields = {f.name: f.type for f in dataclasses.fields(AlgorithmConfig)}
+    assert LossSettings.__annotations__.items() <= fields.items()
+    read = {node.attr for node in ast.walk(ast.parse(inspect.getsource(policy_losses)))
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "cfg"}
+    assert read and read <= LossSettings.__annotations__.keys()

@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 from evalfixtures import answer, mc
 
-from easyvideor1.evaluation.benchmarks import (
+from easyvideor1.evaluation.adapters import (
     BENCHMARKS,
     PAPER_BENCHMARKS,
     get_benchmark,
 )
-from easyvideor1.evaluation.benchmarks.base import IMAGE_AFTER_VIDEO_HINT
+from easyvideor1.evaluation.adapters.base import IMAGE_AFTER_VIDEO_HINT
 
 OPTS = ["A. red", "B. green", "C. blue", "D. black"]
 

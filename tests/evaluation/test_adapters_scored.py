@@ -8,8 +8,8 @@ import json
 import pytest
 from evalfixtures import answer, mc
 
-from easyvideor1.evaluation.benchmarks import BENCHMARKS
-from easyvideor1.evaluation.benchmarks.videomme_v2 import logic_score, relevance_score
+from easyvideor1.evaluation.adapters import BENCHMARKS
+from easyvideor1.evaluation.adapters.videomme_v2 import logic_score, relevance_score
 
 OPTS = ["A. left", "B. right", "C. back"]
 

@@ -7,7 +7,7 @@ import pytest
 from evalfixtures import answer, mc
 
 from easyvideor1.data.loading import DataError
-from easyvideor1.evaluation.benchmarks import BENCHMARKS
+from easyvideor1.evaluation.adapters import BENCHMARKS
 
 
 def rows_for(bench, samples, responses):

@@ -34,14 +34,14 @@ def _run_eval(model, data, out, asynchronous=True):
     code = f"""
 import sys
 from easyvideor1.evaluation.evaluator import Evaluator, EvalOptions
-from easyvideor1.evaluation.settings import SamplingParams
+from easyvideor1.evaluation.settings import DecodingSettings
 from easyvideor1.vision.config import VisionConfig
 vision = VisionConfig(family="qwen2_5_vl", max_frames=8, video_min_pixels=3136, video_max_pixels=12544,
                       image_min_pixels=3136, image_max_pixels=12544)
 ev = Evaluator({str(model)!r}, engine="hf", preset="qwen2_5_vl_greedy",
                options=EvalOptions(out_dir={str(out)!r}, cache_mode="realtime", dtype="float32",
                                    asynchronous={asynchronous}, max_batch=4, load_workers=2),
-               sampling=SamplingParams(temperature=0, max_new_tokens=16), vision=vision)
+               sampling=DecodingSettings(temperature=0, max_new_tokens=16), vision=vision)
 ev.run([{str(data)!r}])
 """
     return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from easyvideor1.data.loading import read_records
-from easyvideor1.evaluation.benchmarks import BENCHMARKS
+from easyvideor1.evaluation.adapters import BENCHMARKS
 from easyvideor1.rewards.multiple_choice import option_map
 
 ROOT = Path(os.environ.get("EASYVIDEOR1_BENCHMARK_ANNOTATIONS",

@@ -10,7 +10,7 @@ import pytest
 from evalfixtures import answer, mc
 
 from easyvideor1.evaluation import commands, presets
-from easyvideor1.evaluation.benchmarks import BENCHMARKS
+from easyvideor1.evaluation.adapters import BENCHMARKS
 from easyvideor1.evaluation.results import ResultStore
 
 OPTS = ["A. cat", "B. dog"]

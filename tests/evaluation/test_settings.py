@@ -8,8 +8,8 @@ import pytest
 
 from easyvideor1.evaluation import presets
 from easyvideor1.evaluation.settings import (
+    DecodingSettings,
     EvalSettings,
-    SamplingParams,
     differences,
     template_digest,
 )
@@ -65,7 +65,7 @@ def test_invalid_settings_are_refused():
     with pytest.raises(ValueError, match="engine='trt'"):
         EvalSettings(model_path="m", engine="trt")
     with pytest.raises(ValueError, match="top_p"):
-        SamplingParams(top_p=0)
+        DecodingSettings(top_p=0)
 
 
 def test_template_digest_follows_file_contents(tmp_path):

@@ -10,7 +10,7 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from easyvideor1.models.families import FAMILIES, Family, get_family
+from easyvideor1.models.families import MODEL_FAMILIES, Family, get_family
 from easyvideor1.models.loading import load_policy, load_processor
 from easyvideor1.models.mrope import MRopeSpec, mrope_spec
 from easyvideor1.models.tiny import build_tiny_model
@@ -35,10 +35,10 @@ class Tiny:
 def tiny_dirs(tmp_path_factory) -> dict[str, Path]:
     """Family name -> directory of its tiny model (seed 0)."""
     root = tmp_path_factory.mktemp("tiny_models")
-    return {name: build_tiny_model(name, root / name, seed=0) for name in FAMILIES}
+    return {name: build_tiny_model(name, root / name, seed=0) for name in MODEL_FAMILIES}
 
 
-@pytest.fixture(scope="session", params=list(FAMILIES))
+@pytest.fixture(scope="session", params=list(MODEL_FAMILIES))
 def tiny(request, tiny_dirs) -> Tiny:
     """Each family's tiny model in float32, loaded once per session."""
     path = tiny_dirs[request.param]

@@ -9,12 +9,12 @@ import torch
 from transformers import AutoModelForImageTextToText, AutoProcessor
 
 from easyvideor1.models import commands
-from easyvideor1.models.families import FAMILIES, family_of, get_family
+from easyvideor1.models.families import MODEL_FAMILIES, family_of, get_family
 from easyvideor1.models.tiny import SIZES, build_tiny_model
 from easyvideor1.models.tokenizer import SPECIAL_TOKENS
 
 
-@pytest.mark.parametrize("name", list(FAMILIES))
+@pytest.mark.parametrize("name", list(MODEL_FAMILIES))
 def test_loads_offline_with_matching_ids(name, tiny_dirs):
     path = tiny_dirs[name]
     family = get_family(name)
@@ -42,7 +42,7 @@ def test_loads_offline_with_matching_ids(name, tiny_dirs):
     assert getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads >= 32
 
 
-@pytest.mark.parametrize("name", list(FAMILIES))
+@pytest.mark.parametrize("name", list(MODEL_FAMILIES))
 def test_special_tokens_are_single_tokens_and_template_renders(name, tiny_dirs):
     processor = AutoProcessor.from_pretrained(tiny_dirs[name])
     tok = processor.tokenizer

@@ -8,7 +8,7 @@ import pytest
 from easyvideor1.records import Sample
 from easyvideor1.rewards import (
     ALIASES,
-    FAMILIES,
+    TASK_FAMILIES,
     Verdict,
     canonical_type,
     register,
@@ -22,14 +22,14 @@ ISSUE_NAMES = ["multiple choice", "numerical", "regression", "temporal grounding
 
 @pytest.mark.parametrize("name", ISSUE_NAMES)
 def test_every_name_from_the_issue_routes(name):
-    assert canonical_type(name) in FAMILIES
+    assert canonical_type(name) in TASK_FAMILIES
     assert canonical_type(name.upper().replace(" ", "_")) == canonical_type(
         name
     )  # case and separators
 
 
 def test_aliases_point_at_families():
-    assert all(target in FAMILIES for target in ALIASES.values())
+    assert all(target in TASK_FAMILIES for target in ALIASES.values())
     assert canonical_type("Multiple-Choice") == "multiple choice"
     assert canonical_type("llava") == canonical_type("critic") == "preference"
 
@@ -60,7 +60,7 @@ def test_register_a_new_family():
             result.accuracy == 1.0 and result.format == 0.0 and result.overall == pytest.approx(0.9)
         )
     finally:
-        FAMILIES.pop("shout")
+        TASK_FAMILIES.pop("shout")
         ALIASES.pop("yelling")
 
 
@@ -73,7 +73,7 @@ def test_scores_and_parts_are_clipped_into_unit_interval():
         )
         assert result.accuracy == 1.0 and result.parts == {"x": 0.0} and result.overall == 1.0
     finally:
-        FAMILIES.pop("wild")
+        TASK_FAMILIES.pop("wild")
 
 
 def test_import_is_light():

@@ -12,7 +12,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from rollout_helpers import Tiny, load_tiny  # noqa: E402
 
-from easyvideor1.models.families import FAMILIES  # noqa: E402
+from easyvideor1.models.families import MODEL_FAMILIES  # noqa: E402
 from easyvideor1.models.tiny import build_tiny_model  # noqa: E402
 
 
@@ -20,10 +20,10 @@ from easyvideor1.models.tiny import build_tiny_model  # noqa: E402
 def hf_tiny_dirs(tmp_path_factory) -> dict[str, Path]:
     """Family -> the project's tiny model (seed 0)."""
     root = tmp_path_factory.mktemp("rollout_tiny")
-    return {name: build_tiny_model(name, root / name, seed=0) for name in FAMILIES}
+    return {name: build_tiny_model(name, root / name, seed=0) for name in MODEL_FAMILIES}
 
 
-@pytest.fixture(scope="session", params=list(FAMILIES))
+@pytest.fixture(scope="session", params=list(MODEL_FAMILIES))
 def hf_tiny(request, hf_tiny_dirs) -> Tiny:
     """Each family's tiny model, loaded once per session."""
     return load_tiny(request.param, hf_tiny_dirs[request.param])

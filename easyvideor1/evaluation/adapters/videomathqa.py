@@ -13,8 +13,8 @@ over the MCQ records.
 
 from __future__ import annotations
 
+from easyvideor1.evaluation.adapters.base import Benchmark
 from easyvideor1.evaluation.aggregate import Aggregate, by_label, failed_count, mean
-from easyvideor1.evaluation.benchmarks.base import Benchmark
 from easyvideor1.evaluation.results import ResultRow
 from easyvideor1.records import Sample
 

@@ -6,11 +6,11 @@ problem_type) and the `file-<stem>` name such a benchmark's results are stored u
 
 from __future__ import annotations
 
-from easyvideor1.evaluation.benchmarks.base import Benchmark
-from easyvideor1.evaluation.benchmarks.clips import LIVESPORTS, ODVBENCH
-from easyvideor1.evaluation.benchmarks.generic import file_benchmark, is_file_benchmark
-from easyvideor1.evaluation.benchmarks.grounding import CHARADES_STA, STVG
-from easyvideor1.evaluation.benchmarks.multiple_choice import (
+from easyvideor1.evaluation.adapters.base import Benchmark
+from easyvideor1.evaluation.adapters.clips import LIVESPORTS, ODVBENCH
+from easyvideor1.evaluation.adapters.generic import file_benchmark, is_file_benchmark
+from easyvideor1.evaluation.adapters.grounding import CHARADES_STA, STVG
+from easyvideor1.evaluation.adapters.multiple_choice import (
     HOLMES,
     LONGVIDEOBENCH,
     LONGVIDEOREASON,
@@ -23,14 +23,14 @@ from easyvideor1.evaluation.benchmarks.multiple_choice import (
     MOTIONBENCH,
     VIDEOMME,
 )
-from easyvideor1.evaluation.benchmarks.mvbench import MVBENCH
-from easyvideor1.evaluation.benchmarks.open_ended import VCRBENCH, VIDEOREASONBENCH
-from easyvideor1.evaluation.benchmarks.ovobench import OVOBENCH
-from easyvideor1.evaluation.benchmarks.tempcompass import TEMPCOMPASS
-from easyvideor1.evaluation.benchmarks.videomathqa import VIDEOMATHQA
-from easyvideor1.evaluation.benchmarks.videomme_v2 import VIDEOMME_V2
-from easyvideor1.evaluation.benchmarks.videommmu import VIDEOMMMU
-from easyvideor1.evaluation.benchmarks.vsibench import VSIBENCH
+from easyvideor1.evaluation.adapters.mvbench import MVBENCH
+from easyvideor1.evaluation.adapters.open_ended import VCRBENCH, VIDEOREASONBENCH
+from easyvideor1.evaluation.adapters.ovobench import OVOBENCH
+from easyvideor1.evaluation.adapters.tempcompass import TEMPCOMPASS
+from easyvideor1.evaluation.adapters.videomathqa import VIDEOMATHQA
+from easyvideor1.evaluation.adapters.videomme_v2 import VIDEOMME_V2
+from easyvideor1.evaluation.adapters.videommmu import VIDEOMMMU
+from easyvideor1.evaluation.adapters.vsibench import VSIBENCH
 
 BENCHMARKS: dict[str, Benchmark] = {
     "videomme": VIDEOMME,

@@ -31,14 +31,14 @@ from functools import lru_cache
 from pathlib import Path
 
 from easyvideor1.data.loading import DataError
-from easyvideor1.evaluation.benchmarks.base import Benchmark, with_extra
-from easyvideor1.evaluation.benchmarks.multiple_choice import livesports_labels
+from easyvideor1.evaluation.adapters.base import Benchmark, with_extra
+from easyvideor1.evaluation.adapters.multiple_choice import livesports_labels
 from easyvideor1.records import Sample
+from easyvideor1.rewards.multiple_choice import LETTERS
 
 VIDEO_SUFFIXES = (".mp4", ".mkv", ".webm", ".avi", ".mov")
 LIVESPORTS_CLIP = re.compile(r"^(?P<stem>.+)_(?P<start>\d+(?:\.\d+)?)_(?P<end>\d+(?:\.\d+)?)\.mp4$")
 ODV_CLIP = re.compile(r"^(?P<index>\d+)_(?P<stem>.+)_s(?P<start>\d+(?:\.\d+)?)_e(?P<end>\d+(?:\.\d+)?)\.mp4$")
-LETTERS = "ABCDEFGHIJ"
 
 
 @lru_cache(maxsize=8)

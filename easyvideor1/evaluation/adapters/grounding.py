@@ -13,10 +13,11 @@ m_tIoU only.
 
 from __future__ import annotations
 
+from easyvideor1.evaluation.adapters.base import Benchmark
 from easyvideor1.evaluation.aggregate import Aggregate, failed_count, mean
-from easyvideor1.evaluation.benchmarks.base import Benchmark
 from easyvideor1.evaluation.results import ResultRow
 from easyvideor1.records import Sample
+from easyvideor1.rewards.spatiotemporal_grounding import read_tube
 
 RECALL_THRESHOLDS = (0.3, 0.5, 0.7)
 
@@ -31,8 +32,6 @@ def charades_summary(name: str, rows: list[ResultRow]) -> Aggregate:
 
 def stvg_labels(sample: Sample) -> dict[str, str]:
     """Whether the ground truth has boxes (decides the mIoU denominator; not a breakdown)."""
-    from easyvideor1.rewards.spatiotemporal_grounding import read_tube
-
     tube = read_tube(sample.answer)
     return {"has_boxes": "yes" if tube and tube["boxes"] else "no"}
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from easyvideor1.evaluation.adapters.base import Benchmark, with_extra
 from easyvideor1.evaluation.aggregate import (
     Aggregate,
     CategoryScore,
@@ -31,7 +32,6 @@ from easyvideor1.evaluation.aggregate import (
     failed_count,
     mean,
 )
-from easyvideor1.evaluation.benchmarks.base import Benchmark, with_extra
 from easyvideor1.evaluation.results import ResultRow
 from easyvideor1.records import Sample
 

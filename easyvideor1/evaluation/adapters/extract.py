@@ -8,17 +8,19 @@ from __future__ import annotations
 import json
 
 from easyvideor1.records import Sample
+from easyvideor1.rewards.dispatch import canonical_type
+from easyvideor1.rewards.format import answer_text
+from easyvideor1.rewards.multiple_choice import extract_letter
+from easyvideor1.rewards.numerical import read_prediction
+from easyvideor1.rewards.spatiotemporal_grounding import read_tube
+from easyvideor1.rewards.temporal_grounding import read_interval
 
 
 def _choice(response: str, sample: Sample) -> str:
-    from easyvideor1.rewards.multiple_choice import extract_letter
-
     return extract_letter(response, sample.options) or ""
 
 
 def _number(response: str, sample: Sample) -> str:
-    from easyvideor1.rewards.numerical import read_prediction
-
     number = read_prediction(response)
     if number is None:
         return ""
@@ -26,15 +28,11 @@ def _number(response: str, sample: Sample) -> str:
 
 
 def _interval(response: str, sample: Sample) -> str:
-    from easyvideor1.rewards.temporal_grounding import read_interval
-
     interval = read_interval(response)
     return json.dumps([round(v, 3) for v in interval]) if interval else ""
 
 
 def _tube(response: str, sample: Sample) -> str:
-    from easyvideor1.rewards.spatiotemporal_grounding import read_tube
-
     tube = read_tube(response)
     if not tube or not tube["time"]:
         return ""
@@ -42,8 +40,6 @@ def _tube(response: str, sample: Sample) -> str:
 
 
 def _text(response: str, sample: Sample) -> str:
-    from easyvideor1.rewards.format import answer_text
-
     return answer_text(response)
 
 
@@ -59,8 +55,6 @@ EXTRACTORS = {
 def extract_prediction(response: str, sample: Sample) -> str:
     """Letter for multiple choice, number for numerical/regression, interval or tube JSON for
     grounding, else the answer text (tag content, or the text after `</think>`)."""
-    from easyvideor1.rewards.dispatch import canonical_type
-
     try:
         family = canonical_type(sample.problem_type)
     except ValueError:

@@ -15,7 +15,7 @@ report names the metric accordingly only through the settings the run stored.
 
 from __future__ import annotations
 
-from easyvideor1.evaluation.benchmarks.base import Benchmark, video_parts
+from easyvideor1.evaluation.adapters.base import Benchmark, video_parts
 from easyvideor1.records import Sample
 
 

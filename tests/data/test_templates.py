@@ -9,9 +9,9 @@ import re
 
 import pytest
 
-from easyvideor1.data.prompts import TEMPLATE_DIR, render_prompt, template_stem
+from easyvideor1.data.templates import TEMPLATE_DIR, render_prompt, template_stem
 from easyvideor1.records import Sample
-from easyvideor1.rewards import FAMILIES, score
+from easyvideor1.rewards import TASK_FAMILIES, score
 from easyvideor1.rewards.html_code import find_chromium
 
 EXAMPLE = re.compile(r"<answer>((?:(?!</?answer>).)+)</answer>", re.DOTALL)
@@ -24,7 +24,7 @@ def example_of(prompt):
     return found[-1].strip()
 
 
-@pytest.mark.parametrize("family", sorted(FAMILIES))
+@pytest.mark.parametrize("family", sorted(TASK_FAMILIES))
 @pytest.mark.parametrize("data_type", ["video", "image", "text"])
 def test_requested_format_round_trips(family, data_type):
     if family == "html-code" and find_chromium() is None:
@@ -62,7 +62,7 @@ def test_modality_wording():
 def test_aliases_share_templates():
     assert template_stem("llava") == template_stem("critic") == "preference"
     assert template_stem("Spatial-Temporal Grounding") == "spatial_temporal_grounding"
-    assert all((TEMPLATE_DIR / f"{template_stem(name)}.jinja").exists() for name in FAMILIES)
+    assert all((TEMPLATE_DIR / f"{template_stem(name)}.jinja").exists() for name in TASK_FAMILIES)
 
 
 def test_override_by_directory_and_by_file(tmp_path):

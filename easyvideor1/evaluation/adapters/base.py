@@ -34,7 +34,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from easyvideor1 import rewards
 from easyvideor1.data.loading import DataError, load_samples, read_records
+from easyvideor1.data.templates import render_prompt
+from easyvideor1.evaluation.adapters.extract import extract_prediction
 from easyvideor1.evaluation.aggregate import Aggregate, accuracy
 from easyvideor1.evaluation.results import ResultRow
 from easyvideor1.records import RewardResult, Sample
@@ -43,7 +46,7 @@ IMAGE_AFTER_VIDEO_HINT = "The image for this question is at the end of the video
 # Sub-folders searched (after data_root itself) for a benchmark's annotation file.
 ANNOTATION_DIRS = ("", "valid_data", "annotations")
 
-ScoreFn = Callable[[str, Sample], RewardResult]
+ScoreFn = Callable[[str, Sample], RewardResult]  # one response (the trainer's batch form: BatchScoreFn)
 
 
 def _no_labels(sample: Sample) -> dict[str, str]:
@@ -117,22 +120,16 @@ class Benchmark:
 
     def prompt(self, sample: Sample, template_dir: str | os.PathLike | None = None) -> str:
         """The user prompt text for `sample` (the package's task templates, or `template_dir`'s)."""
-        from easyvideor1.data.prompts import render_prompt
-
         if sample.data_type == "video" and sample.images:  # the hint belongs to the question
             sample = dataclasses.replace(sample, problem=f"{sample.problem}\n{IMAGE_AFTER_VIDEO_HINT}")
         return render_prompt(sample, template_dir=template_dir)
 
     def score(self, response: str, sample: Sample, score_fn: ScoreFn | None = None) -> RewardResult:
         """The reward scorer's result (default `easyvideor1.rewards.score`)."""
-        if score_fn is None:
-            from easyvideor1.rewards import score as score_fn
-        return score_fn(response, sample)
+        return (rewards.score if score_fn is None else score_fn)(response, sample)
 
     def extract(self, response: str, sample: Sample) -> str:
         """The prediction as shown in results (letter, number, interval JSON, answer text)."""
-        from easyvideor1.evaluation.benchmarks.extract import extract_prediction
-
         return extract_prediction(response, sample)
 
     def result_row(self, sample: Sample, response: str, score_fn: ScoreFn | None = None,

@@ -13,8 +13,8 @@ The converted file keeps the type in `original_question_type` and mixes `multipl
 
 from __future__ import annotations
 
+from easyvideor1.evaluation.adapters.base import Benchmark, extra_label
 from easyvideor1.evaluation.aggregate import Aggregate, by_label, failed_count, mean
-from easyvideor1.evaluation.benchmarks.base import Benchmark, extra_label
 from easyvideor1.evaluation.results import ResultRow
 
 DIRECTION_LEVELS = ("object_rel_direction_easy", "object_rel_direction_medium", "object_rel_direction_hard")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from pathlib import PurePosixPath
 
-from easyvideor1.evaluation.benchmarks.base import Benchmark, extra_label, video_parts
+from easyvideor1.evaluation.adapters.base import Benchmark, extra_label, video_parts
 from easyvideor1.records import Sample
 
 

@@ -13,12 +13,12 @@ Quirks of the converted file (EasyVideoR1's `mvbench.json`), handled without edi
 
 from __future__ import annotations
 
+from easyvideor1.evaluation.adapters.base import Benchmark
 from easyvideor1.evaluation.aggregate import Aggregate, macro_over
-from easyvideor1.evaluation.benchmarks.base import Benchmark
 from easyvideor1.evaluation.results import ResultRow
 from easyvideor1.records import Sample
 
-TASKS = (
+MVBENCH_TASKS = (
     "action_antonym", "action_count", "action_localization", "action_prediction",
     "action_sequence", "character_order", "counterfactual_inference", "egocentric_navigation",
     "episodic_reasoning", "fine_grained_action", "fine_grained_pose", "moving_attribute",
@@ -34,8 +34,8 @@ def mvbench_task(sample: Sample) -> str:
         if sample.extra.get(key):
             return str(sample.extra[key])
     pid = str(sample.extra.get("original_problem_id", sample.problem_id))
-    if pid.isdigit() and 1 <= int(pid) <= BLOCK * len(TASKS):
-        return TASKS[(int(pid) - 1) // BLOCK]
+    if pid.isdigit() and 1 <= int(pid) <= BLOCK * len(MVBENCH_TASKS):
+        return MVBENCH_TASKS[(int(pid) - 1) // BLOCK]
     return "unknown"
 
 

@@ -26,13 +26,13 @@ import os
 from pathlib import Path
 
 from easyvideor1.data.loading import DataError
+from easyvideor1.evaluation.adapters.base import Benchmark
 from easyvideor1.evaluation.aggregate import (
     Aggregate,
     CategoryScore,
     failed_count,
     mean,
 )
-from easyvideor1.evaluation.benchmarks.base import Benchmark
 from easyvideor1.evaluation.results import ResultRow
 from easyvideor1.records import Sample
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from easyvideor1.evaluation.benchmarks.base import Benchmark
+from easyvideor1.evaluation.adapters.base import Benchmark
 from easyvideor1.records import Sample
 
 FILE_SUFFIXES = (".json", ".jsonl", ".parquet")

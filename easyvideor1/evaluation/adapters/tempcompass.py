@@ -22,10 +22,10 @@ import re
 from pathlib import Path
 
 from easyvideor1.data.loading import DataError
-from easyvideor1.evaluation.benchmarks.base import Benchmark
+from easyvideor1.evaluation.adapters.base import Benchmark
 from easyvideor1.records import Sample
+from easyvideor1.rewards.multiple_choice import LETTERS
 
-LETTERS = "ABCDEFGHIJ"
 _MC_OPTION = re.compile(r"^\(?([A-J])[\.\)]\s*(.+)$")
 _CM_OPTION = re.compile(r"^(?:Option|Caption|Sentence)\s+([A-J1-9])\s*:\s*(.+)$", re.IGNORECASE)
 TASK_TYPES = ("multi-choice", "yes_no", "caption_matching")

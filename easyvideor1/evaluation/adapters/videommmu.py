@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from pathlib import PurePosixPath
 
-from easyvideor1.evaluation.benchmarks.base import Benchmark
+from easyvideor1.evaluation.adapters.base import Benchmark
 from easyvideor1.records import Sample
 
 TRACK_BLOCKS = ("Adaptation", "Comprehension", "Perception")  # ids 1-300, 301-600, 601-900
