@@ -39,20 +39,20 @@ never branches on the algorithm's name):
 5. Policy loss, per micro-batch; gradients accumulate by plain `backward()` with no further
    division, and the data-parallel all-reduce averages them::
 
-       loss, metrics = POLICY_LOSSES[cfg.policy_loss](
+       inputs = LossInputs(
            log_probs=lp, old_log_probs=old_lp, advantages=adv, response_mask=mask,   # [n, T]
-           cfg=cfg, normalizer=normalizer,
            entropy=ent,                          # [n, T] or None (needed if cfg.entropy_coef)
            ref_log_probs=ref_lp,                 # [n, T] or None (needed if cfg.use_kl_loss)
            full_kl=None,                         # [n, T] exact KL, only for kl_estimator 'full'
-           kl_coef=kl_ctrl.coef,                 # None: cfg.kl_coef
            offline_mask=off, behaviour_log_probs=None)   # LUFFY's offline tokens, else None
+       loss, metrics = POLICY_LOSSES[cfg.policy_loss](inputs, cfg, normalizer,
+                                                      kl_coef=kl_ctrl.coef)   # None: cfg.kl_coef
        loss.backward()
 
 6. After the step, `kl_ctrl.update(mean_kl, n_samples)` (kl_ctrl = make_kl_controller(cfg)).
 
-Unknown keywords raise (typos never pass silently); missing required inputs raise with what
-to pass. Shapes: N responses, T padded response length, V vocabulary.
+Unknown inputs raise (`LossInputs` is a dataclass: typos never pass silently); missing
+required inputs raise with what to pass. Shapes: N responses, T padded response length, V vocabulary.
 """
 
 from easyvideor1.algorithms.advantages import ADVANTAGES
@@ -66,10 +66,10 @@ from easyvideor1.algorithms.aggregation import (
 from easyvideor1.algorithms.config import ALGORITHM_PRESETS, AlgorithmConfig, from_preset, make_kl_controller
 from easyvideor1.algorithms.dynamic_sampling import BatchFiller, GroupFilter, filter_groups
 from easyvideor1.algorithms.kl import KL_ESTIMATORS, kl_estimate, kl_reward_penalty
-from easyvideor1.algorithms.policy_losses import POLICY_LOSSES
+from easyvideor1.algorithms.policy_losses import POLICY_LOSSES, LossInputs
 
 __all__ = [
-    "ADVANTAGES", "AGGREGATIONS", "ALGORITHM_PRESETS", "KL_ESTIMATORS", "POLICY_LOSSES", "AlgorithmConfig",
+    "ADVANTAGES", "AGGREGATIONS", "ALGORITHM_PRESETS", "KL_ESTIMATORS", "POLICY_LOSSES", "AlgorithmConfig", "LossInputs",
     "BatchFiller", "GroupFilter", "aggregate", "filter_groups", "from_preset", "kl_estimate", "kl_reward_penalty",
     "loss_normalizer", "make_kl_controller", "normalizer_count", "normalizer_from_counts",
 ]

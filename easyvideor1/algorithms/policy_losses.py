@@ -3,11 +3,11 @@
 Every loss is called the same way (see the package docstring):
 
     loss, metrics = POLICY_LOSSES[cfg.policy_loss](
-        log_probs=[N, T], old_log_probs=[N, T], advantages=[N, T] or [N], response_mask=[N, T],
-        cfg=cfg, normalizer=loss_normalizer(...),            # global, see aggregation.py
-        entropy=None | [N, T], ref_log_probs=None | [N, T],
-        full_kl=None | [N, T], kl_coef=None | float,
-        offline_mask=None | [N] or [N, T], behaviour_log_probs=None | [N, T])
+        LossInputs(log_probs=[N, T], old_log_probs=[N, T], advantages=[N, T] or [N], response_mask=[N, T],
+                   entropy=None | [N, T], ref_log_probs=None | [N, T], full_kl=None | [N, T],
+                   offline_mask=None | [N] or [N, T], behaviour_log_probs=None | [N, T]),
+        cfg, normalizer,                                     # global normaliser, see aggregation.py
+        kl_coef=None | float)
 
 The returned loss is the policy-gradient term, plus `kl_coef * KL` when `cfg.use_kl_loss`
 (and not `cfg.disable_kl`), minus `cfg.entropy_coef * entropy` when that coefficient is set,
@@ -36,7 +36,8 @@ values or gradients. Half-precision log-probs are computed in float32.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
@@ -61,20 +62,25 @@ class LossSettings(Protocol):
     kl_estimator: str
     kl_coef: float
 
-# Keywords the trainer may pass to any loss; each loss ignores those it does not use.
-POLICY_LOSS_INPUTS = frozenset({
-    "log_probs", "old_log_probs", "advantages", "response_mask", "cfg", "normalizer", "entropy",
-    "ref_log_probs", "full_kl", "kl_coef", "offline_mask", "behaviour_log_probs",
-})
+
+@dataclass
+class LossInputs:
+    """One micro-batch's tensors for a policy loss ([N, T] unless noted); each loss reads what it uses."""
+
+    log_probs: torch.Tensor  # the current policy's, with gradient
+    old_log_probs: torch.Tensor  # the policy that generated (or the detached current, on-policy)
+    advantages: torch.Tensor  # [N, T] or [N]
+    response_mask: torch.Tensor  # response tokens that count
+    entropy: torch.Tensor | None = None  # needed when cfg.entropy_coef != 0
+    ref_log_probs: torch.Tensor | None = None  # the KL loss with a token estimator
+    full_kl: torch.Tensor | None = None  # the KL loss with kl_estimator 'full': exact per-token KL, with gradient
+    offline_mask: torch.Tensor | None = None  # [N] or [N, T]: LUFFY's offline (off-policy) tokens
+    behaviour_log_probs: torch.Tensor | None = None  # LUFFY's pi_behaviour of offline tokens (None: 1)
 
 
-def _prepare(name: str, log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages: torch.Tensor,
-             response_mask: torch.Tensor, other: dict[str, Any]) -> tuple[torch.Tensor, ...]:
-    """Check shapes and unknown keywords; return (lp, old, adv [N, T], mask [N, T] bool)."""
-    unknown = sorted(set(other) - POLICY_LOSS_INPUTS)
-    if unknown:
-        raise TypeError(f"policy loss {name!r} got unknown keyword(s) {unknown}; "
-                        f"known: {', '.join(sorted(POLICY_LOSS_INPUTS))}")
+def _prepare(name: str, x: LossInputs) -> tuple[torch.Tensor, ...]:
+    """Check shapes; return (lp, old, adv [N, T], mask [N, T] bool)."""
+    log_probs, old_log_probs, advantages, response_mask = x.log_probs, x.old_log_probs, x.advantages, x.response_mask
     if log_probs.dim() != 2 or log_probs.shape != response_mask.shape or old_log_probs.shape != log_probs.shape:
         raise ValueError(f"{name}: log_probs {tuple(log_probs.shape)}, old_log_probs {tuple(old_log_probs.shape)} "
                          f"and response_mask {tuple(response_mask.shape)} must all be [N, T]")
@@ -122,11 +128,12 @@ def _ppo_token_loss(log_ratio: torch.Tensor, adv: torch.Tensor, cfg: LossSetting
     return loss, active
 
 
-def _finish(pg_token_loss: torch.Tensor, metrics: dict[str, float], *, log_probs: torch.Tensor,
-            mask: torch.Tensor, cfg: LossSettings, normalizer: float, entropy: torch.Tensor | None,
-            ref_log_probs: torch.Tensor | None, full_kl: torch.Tensor | None, kl_coef: float | None
+def _finish(pg_token_loss: torch.Tensor, metrics: dict[str, float], x: LossInputs, log_probs: torch.Tensor,
+            mask: torch.Tensor, cfg: LossSettings, normalizer: float, kl_coef: float | None
             ) -> tuple[torch.Tensor, dict[str, float]]:
-    """Aggregate the policy-gradient term, add the KL loss and entropy bonus, fill metrics."""
+    """Aggregate the policy-gradient term, add the KL loss and entropy bonus, fill metrics
+    (`log_probs`, `mask`: `_prepare`'s)."""
+    entropy, ref_log_probs, full_kl = x.entropy, x.ref_log_probs, x.full_kl
     pg = aggregate(pg_token_loss, mask, cfg.loss_agg_mode, normalizer)
     loss = pg
     metrics["pg_loss"] = float(pg.detach())
@@ -157,20 +164,16 @@ def _finish(pg_token_loss: torch.Tensor, metrics: dict[str, float], *, log_probs
     return loss, metrics
 
 
-def ppo_clip(*, log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages: torch.Tensor,
-             response_mask: torch.Tensor, cfg: LossSettings, normalizer: float,
-             entropy: torch.Tensor | None = None, ref_log_probs: torch.Tensor | None = None,
-             full_kl: torch.Tensor | None = None, kl_coef: float | None = None,
-             **other: Any) -> tuple[torch.Tensor, dict[str, float]]:
+def ppo_clip(x: LossInputs, cfg: LossSettings, normalizer: float, kl_coef: float | None = None
+             ) -> tuple[torch.Tensor, dict[str, float]]:
     """PPO clipped surrogate with clip_ratio_low/high (clip-higher) and dual clip clip_ratio_c."""
-    lp, old, adv, mask = _prepare("ppo_clip", log_probs, old_log_probs, advantages, response_mask, other)
+    lp, old, adv, mask = _prepare("ppo_clip", x)
     log_ratio = (lp - old).clamp(-cfg.log_ratio_clamp, cfg.log_ratio_clamp)  # [N, T]
     token_loss, active = _ppo_token_loss(log_ratio, adv, cfg)
     metrics = _ratio_metrics(log_ratio.exp(), log_ratio, mask)
     metrics.update({k: float(masked_mean(v.float(), mask)) for k, v in active.items()})
     metrics["clip_frac"] = metrics["clip_frac_high"] + metrics["clip_frac_low"]
-    return _finish(token_loss, metrics, log_probs=lp, mask=mask, cfg=cfg, normalizer=normalizer,
-                   entropy=entropy, ref_log_probs=ref_log_probs, full_kl=full_kl, kl_coef=kl_coef)
+    return _finish(token_loss, metrics, x, lp, mask, cfg, normalizer, kl_coef)
 
 
 def _row_means(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -178,11 +181,10 @@ def _row_means(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return torch.where(mask, values, 0.0).sum(-1) / mask.sum(-1).clamp(min=1)
 
 
-def _gspo_common(name: str, token_variant: bool, *, log_probs: torch.Tensor, old_log_probs: torch.Tensor,
-                 advantages: torch.Tensor, response_mask: torch.Tensor, cfg: LossSettings, normalizer: float,
-                 other: dict[str, Any], **finish_kwargs: Any) -> tuple[torch.Tensor, dict[str, float]]:
+def _gspo_common(name: str, token_variant: bool, x: LossInputs, cfg: LossSettings, normalizer: float,
+                 kl_coef: float | None) -> tuple[torch.Tensor, dict[str, float]]:
     """Shared body of `gspo` and `gspo_token`; clip metrics count sequences, not tokens."""
-    lp, old, adv, mask = _prepare(name, log_probs, old_log_probs, advantages, response_mask, other)
+    lp, old, adv, mask = _prepare(name, x)
     token_log_ratio = (lp - old).clamp(-cfg.log_ratio_clamp, cfg.log_ratio_clamp)  # [N, T], metrics only
     seq_log_ratio = _row_means(lp - old, mask).clamp(-cfg.log_ratio_clamp, cfg.log_ratio_clamp)  # [N]
     seq_adv = _row_means(adv, mask)  # [N]
@@ -204,41 +206,28 @@ def _gspo_common(name: str, token_variant: bool, *, log_probs: torch.Tensor, old
     metrics["clip_frac_high"] = float(((seq_adv > 0) & (seq_ratio > high) & has).sum()) / n_seq
     metrics["clip_frac_low"] = float(((seq_adv < 0) & (seq_ratio < low) & has).sum()) / n_seq
     metrics["clip_frac"] = metrics["clip_frac_high"] + metrics["clip_frac_low"]
-    return _finish(token_loss, metrics, log_probs=lp, mask=mask, cfg=cfg, normalizer=normalizer, **finish_kwargs)
+    return _finish(token_loss, metrics, x, lp, mask, cfg, normalizer, kl_coef)
 
 
-def gspo(*, log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages: torch.Tensor,
-         response_mask: torch.Tensor, cfg: LossSettings, normalizer: float,
-         entropy: torch.Tensor | None = None, ref_log_probs: torch.Tensor | None = None,
-         full_kl: torch.Tensor | None = None, kl_coef: float | None = None,
-         **other: Any) -> tuple[torch.Tensor, dict[str, float]]:
+def gspo(x: LossInputs, cfg: LossSettings, normalizer: float, kl_coef: float | None = None
+         ) -> tuple[torch.Tensor, dict[str, float]]:
     """GSPO: sequence ratio s_i = exp(mean_t log-ratio), clipped per sequence; the sequence
     advantage is the mean of its token advantages. Use `seq_mean_token_mean` (GSPO preset) to
     average over sequences as the paper does."""
-    return _gspo_common("gspo", False, log_probs=log_probs, old_log_probs=old_log_probs, advantages=advantages,
-                        response_mask=response_mask, cfg=cfg, normalizer=normalizer, other=other, entropy=entropy,
-                        ref_log_probs=ref_log_probs, full_kl=full_kl, kl_coef=kl_coef)
+    return _gspo_common("gspo", False, x, cfg, normalizer, kl_coef)
 
 
-def gspo_token(*, log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages: torch.Tensor,
-               response_mask: torch.Tensor, cfg: LossSettings, normalizer: float,
-               entropy: torch.Tensor | None = None, ref_log_probs: torch.Tensor | None = None,
-               full_kl: torch.Tensor | None = None, kl_coef: float | None = None,
-               **other: Any) -> tuple[torch.Tensor, dict[str, float]]:
+def gspo_token(x: LossInputs, cfg: LossSettings, normalizer: float, kl_coef: float | None = None
+               ) -> tuple[torch.Tensor, dict[str, float]]:
     """GSPO-token: s_i,t = sg(s_i) * pi_t / sg(pi_t) with token advantages; equals `gspo` (value
     and gradient) when the advantage is constant over each sequence."""
-    return _gspo_common("gspo_token", True, log_probs=log_probs, old_log_probs=old_log_probs, advantages=advantages,
-                        response_mask=response_mask, cfg=cfg, normalizer=normalizer, other=other, entropy=entropy,
-                        ref_log_probs=ref_log_probs, full_kl=full_kl, kl_coef=kl_coef)
+    return _gspo_common("gspo_token", True, x, cfg, normalizer, kl_coef)
 
 
-def cispo(*, log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages: torch.Tensor,
-          response_mask: torch.Tensor, cfg: LossSettings, normalizer: float,
-          entropy: torch.Tensor | None = None, ref_log_probs: torch.Tensor | None = None,
-          full_kl: torch.Tensor | None = None, kl_coef: float | None = None,
-          **other: Any) -> tuple[torch.Tensor, dict[str, float]]:
+def cispo(x: LossInputs, cfg: LossSettings, normalizer: float, kl_coef: float | None = None
+          ) -> tuple[torch.Tensor, dict[str, float]]:
     """CISPO: -sg(clip(ratio, 1 - clip_ratio_low, 1 + clip_ratio_high)) * A * log pi."""
-    lp, old, adv, mask = _prepare("cispo", log_probs, old_log_probs, advantages, response_mask, other)
+    lp, old, adv, mask = _prepare("cispo", x)
     log_ratio = (lp - old).clamp(-cfg.log_ratio_clamp, cfg.log_ratio_clamp)  # [N, T]
     ratio = log_ratio.exp().detach()
     low, high = 1.0 - cfg.clip_ratio_low, 1.0 + cfg.clip_ratio_high
@@ -248,20 +237,16 @@ def cispo(*, log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages: t
     metrics["clip_frac_high"] = float(masked_mean((ratio > high).float(), mask))
     metrics["clip_frac_low"] = float(masked_mean((ratio < low).float(), mask))
     metrics["clip_frac"] = metrics["clip_frac_high"] + metrics["clip_frac_low"]
-    return _finish(token_loss, metrics, log_probs=lp, mask=mask, cfg=cfg, normalizer=normalizer,
-                   entropy=entropy, ref_log_probs=ref_log_probs, full_kl=full_kl, kl_coef=kl_coef)
+    return _finish(token_loss, metrics, x, lp, mask, cfg, normalizer, kl_coef)
 
 
-def luffy(*, log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages: torch.Tensor,
-          response_mask: torch.Tensor, cfg: LossSettings, normalizer: float,
-          offline_mask: torch.Tensor | None = None, behaviour_log_probs: torch.Tensor | None = None,
-          entropy: torch.Tensor | None = None, ref_log_probs: torch.Tensor | None = None,
-          full_kl: torch.Tensor | None = None, kl_coef: float | None = None,
-          **other: Any) -> tuple[torch.Tensor, dict[str, float]]:
+def luffy(x: LossInputs, cfg: LossSettings, normalizer: float, kl_coef: float | None = None
+          ) -> tuple[torch.Tensor, dict[str, float]]:
     """LUFFY: `ppo_clip` on on-policy tokens; on offline tokens (offline_mask [N] or [N, T])
     -A * f(x), f(x) = x / (x + cfg.luffy_gamma), x = pi / pi_behaviour, unclipped. Without
     behaviour_log_probs [N, T] the behaviour probability is taken as 1 (x = pi)."""
-    lp, old, adv, mask = _prepare("luffy", log_probs, old_log_probs, advantages, response_mask, other)
+    lp, old, adv, mask = _prepare("luffy", x)
+    offline_mask, behaviour_log_probs = x.offline_mask, x.behaviour_log_probs
     if offline_mask is None:
         offline = torch.zeros_like(mask)
     elif offline_mask.shape == mask.shape[:1]:
@@ -276,8 +261,8 @@ def luffy(*, log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages: t
     behaviour = torch.zeros_like(lp) if behaviour_log_probs is None else behaviour_log_probs.detach().to(lp.dtype)
     if behaviour.shape != lp.shape:
         raise ValueError(f"luffy: behaviour_log_probs must be [N, T] = {tuple(lp.shape)}, got {tuple(behaviour.shape)}")
-    x = (lp - behaviour).clamp(-cfg.log_ratio_clamp, cfg.log_ratio_clamp).exp()  # [N, T]
-    shaped = x / (x + cfg.luffy_gamma)  # [N, T], policy shaping: boosts low-probability tokens
+    rb = (lp - behaviour).clamp(-cfg.log_ratio_clamp, cfg.log_ratio_clamp).exp()  # [N, T]: pi / pi_behaviour
+    shaped = rb / (rb + cfg.luffy_gamma)  # [N, T], policy shaping: boosts low-probability tokens
     token_loss = torch.where(offline, -adv * shaped, on_loss)
     on_mask, off_mask = mask & ~offline, mask & offline
     metrics = _ratio_metrics(log_ratio.exp(), log_ratio, on_mask)
@@ -285,8 +270,7 @@ def luffy(*, log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages: t
     metrics["clip_frac"] = metrics["clip_frac_high"] + metrics["clip_frac_low"]
     metrics["offline_token_frac"] = float(masked_mean(offline.float(), mask))
     metrics["offline_shaped_mean"] = float(masked_mean(shaped.detach(), off_mask))
-    return _finish(token_loss, metrics, log_probs=lp, mask=mask, cfg=cfg, normalizer=normalizer,
-                   entropy=entropy, ref_log_probs=ref_log_probs, full_kl=full_kl, kl_coef=kl_coef)
+    return _finish(token_loss, metrics, x, lp, mask, cfg, normalizer, kl_coef)
 
 
 METRIC_REDUCTIONS: dict[str, str] = {"pg_loss": "sum", "kl_loss": "sum", "ratio_min": "min", "ratio_max": "max"}

@@ -20,7 +20,7 @@ import torch
 
 from easyvideor1 import distributed
 from easyvideor1.algorithms import POLICY_LOSSES, loss_normalizer
-from easyvideor1.algorithms.policy_losses import METRIC_REDUCTIONS
+from easyvideor1.algorithms.policy_losses import METRIC_REDUCTIONS, LossInputs
 from easyvideor1.algorithms.config import AlgorithmConfig
 from easyvideor1.training.sequences import ForwardContext, RolloutBatch, forward_logprobs, micro_batches
 
@@ -124,21 +124,18 @@ def policy_update(model, optimizer: torch.optim.Optimizer, batch: RolloutBatch, 
                 dev = logp.device
                 mask = batch.response_mask[idx].to(dev)
                 ref = batch.ref_log_probs[idx].to(dev) if batch.ref_log_probs is not None else None
-                loss, metrics = POLICY_LOSSES[algo.policy_loss](
+                inputs = LossInputs(
                     log_probs=logp,
                     old_log_probs=(logp.detach() if batch.old_log_probs is None  # strictly on-policy
                                    else batch.old_log_probs[idx].to(dev)),
                     advantages=batch.advantages[idx].to(dev),
                     response_mask=mask,
-                    cfg=algo,
-                    normalizer=normalizer,
                     entropy=ent,
                     ref_log_probs=ref,
                     full_kl=full_kl,
-                    kl_coef=kl_coef,
-                    offline_mask=batch.offline[idx].to(dev)[:, None].expand_as(logp),
-                    behaviour_log_probs=None,
+                    offline_mask=batch.offline[idx].to(dev),
                 )
+                loss, metrics = POLICY_LOSSES[algo.policy_loss](inputs, algo, normalizer, kl_coef=kl_coef)
                 loss.backward()
                 stats.add_micro(metrics, int(mask.sum()))
                 if batch.old_log_probs is None and ref is not None:  # the policy-ref KL of this batch (k1)

@@ -8,11 +8,18 @@ from easyvideor1.algorithms import (
     AGGREGATIONS,
     POLICY_LOSSES,
     AlgorithmConfig,
+    LossInputs,
     aggregate,
     loss_normalizer,
     normalizer_count,
     normalizer_from_counts,
 )
+
+
+def call_loss(name, *, cfg, normalizer, kl_coef=None, **inputs):
+    """A policy loss with keyword inputs, called as `training.update` calls it (a `LossInputs`)."""
+    return POLICY_LOSSES[name](LossInputs(**inputs), cfg, normalizer, kl_coef=kl_coef)
+
 
 LOSS = torch.tensor([[1.0, 2.0, 3.0], [4.0, float("nan"), float("inf")]])
 MASK = torch.tensor([[1, 1, 1], [1, 0, 0]])
@@ -79,7 +86,7 @@ def grads(cfg, batches, normalizer, weight):
         log_dists = torch.log_softmax(logits, -1)
         lp = log_dists.gather(-1, tokens[..., None])[..., 0]  # [n, w]
         entropy = -(log_dists.exp() * log_dists).sum(-1)  # [n, w]
-        loss, _ = POLICY_LOSSES[cfg.policy_loss](log_probs=lp, old_log_probs=old, advantages=adv, response_mask=mask,
+        loss, _ = call_loss(cfg.policy_loss, log_probs=lp, old_log_probs=old, advantages=adv, response_mask=mask,
                                                  cfg=cfg, normalizer=normalizer, entropy=entropy, ref_log_probs=ref)
         loss.backward()
     return weight.grad.clone()

@@ -12,6 +12,7 @@ from easyvideor1.algorithms import (
     ALGORITHM_PRESETS,
     POLICY_LOSSES,
     AlgorithmConfig,
+    LossInputs,
     filter_groups,
     from_preset,
     kl_reward_penalty,
@@ -20,6 +21,11 @@ from easyvideor1.algorithms import (
 from easyvideor1.algorithms import config as config_module
 from easyvideor1.algorithms import policy_losses
 from easyvideor1.algorithms.policy_losses import LossSettings
+
+
+def call_loss(name, *, cfg, normalizer, kl_coef=None, **inputs):
+    """A policy loss with keyword inputs, called as `training.update` calls it (a `LossInputs`)."""
+    return POLICY_LOSSES[name](LossInputs(**inputs), cfg, normalizer, kl_coef=kl_coef)
 
 
 def test_every_field_has_a_one_line_docstring():
@@ -100,8 +106,7 @@ def test_each_preset_runs_through_the_uniform_calls(preset):
     assert adv.abs().sum() > 0
     lp = (old + 0.05 * torch.randn(n, t, generator=g)).requires_grad_(True)
     normalizer = loss_normalizer(mask, cfg.loss_agg_mode, max_len=t)
-    loss, metrics = POLICY_LOSSES[cfg.policy_loss](
-        log_probs=lp, old_log_probs=old, advantages=adv, response_mask=mask, cfg=cfg, normalizer=normalizer,
+    loss, metrics = call_loss(cfg.policy_loss, log_probs=lp, old_log_probs=old, advantages=adv, response_mask=mask, cfg=cfg, normalizer=normalizer,
         entropy=None, ref_log_probs=ref if cfg.needs_reference else None, full_kl=None, kl_coef=None,
         offline_mask=torch.tensor([1, 0, 0, 0, 0, 0, 0, 0]), behaviour_log_probs=None)
     loss.backward()

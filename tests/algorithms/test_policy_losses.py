@@ -6,7 +6,13 @@ import math
 import pytest
 import torch
 
-from easyvideor1.algorithms import POLICY_LOSSES, AlgorithmConfig, kl_estimate
+from easyvideor1.algorithms import POLICY_LOSSES, AlgorithmConfig, LossInputs, kl_estimate
+
+
+def call_loss(name, *, cfg, normalizer, kl_coef=None, **inputs):
+    """A policy loss with keyword inputs, called as `training.update` calls it (a `LossInputs`)."""
+    return POLICY_LOSSES[name](LossInputs(**inputs), cfg, normalizer, kl_coef=kl_coef)
+
 
 D = torch.float64
 CFG = AlgorithmConfig(clip_ratio_low=0.2, clip_ratio_high=0.28, clip_ratio_c=3.0, disable_kl=True)
@@ -19,7 +25,7 @@ def run(name, ratios, adv, mask=None, cfg=CFG, normalizer=None, **kw):
     lp = (old + ratios.log()).requires_grad_(True)
     mask = torch.ones_like(ratios) if mask is None else torch.as_tensor(mask)
     normalizer = float(mask.sum()) if normalizer is None else normalizer
-    loss, metrics = POLICY_LOSSES[name](log_probs=lp, old_log_probs=old, advantages=torch.as_tensor(adv, dtype=D),
+    loss, metrics = call_loss(name, log_probs=lp, old_log_probs=old, advantages=torch.as_tensor(adv, dtype=D),
                                         response_mask=mask, cfg=cfg, normalizer=normalizer, **kw)
     loss.backward()
     return loss.item(), metrics, lp.grad
@@ -104,7 +110,7 @@ def test_luffy_shapes_offline_tokens_and_clips_online_ones():
     adv = torch.tensor([[1.0, 1.0, 1.0]], dtype=D)
     offline = torch.tensor([[1, 1, 0]])
     behaviour = torch.tensor([[0.0, math.log(0.25), 0.0]], dtype=D)  # token 0: unknown -> pi_b = 1
-    loss, m = POLICY_LOSSES["luffy"](log_probs=lp, old_log_probs=old, advantages=adv, response_mask=torch.ones(1, 3),
+    loss, m = call_loss("luffy", log_probs=lp, old_log_probs=old, advantages=adv, response_mask=torch.ones(1, 3),
                                      cfg=cfg, normalizer=3.0, offline_mask=offline, behaviour_log_probs=behaviour)
     loss.backward()
     # token 0: x = 0.5 -> f = 0.5 / 0.6 ; token 1: x = 0.5 / 0.25 = 2 -> f = 2 / 2.1 ; token 2: PPO, clipped at 1.28
@@ -123,7 +129,7 @@ def test_kl_loss_and_entropy_bonus_enter_the_loss():
     lp = torch.tensor([[math.log(0.5), math.log(0.5)]], dtype=D, requires_grad=True)
     ent = torch.tensor([[1.0, 3.0]], dtype=D, requires_grad=True)
     ref = torch.tensor([[math.log(0.25), math.log(0.5)]], dtype=D)
-    loss, m = POLICY_LOSSES["ppo_clip"](log_probs=lp, old_log_probs=lp.detach(), advantages=torch.zeros(1, dtype=D),
+    loss, m = call_loss("ppo_clip", log_probs=lp, old_log_probs=lp.detach(), advantages=torch.zeros(1, dtype=D),
                                         response_mask=torch.ones(1, 2), cfg=cfg, normalizer=2.0, entropy=ent,
                                         ref_log_probs=ref)
     k3 = 0.5 + math.log(2) - 1  # token 0: d = log(0.25 / 0.5); token 1: d = 0 -> 0
@@ -132,7 +138,7 @@ def test_kl_loss_and_entropy_bonus_enter_the_loss():
     loss.backward()
     assert ent.grad[0].tolist() == pytest.approx([-0.1 / 2, -0.1 / 2])
     # a controller's coefficient overrides cfg.kl_coef
-    loss2, _ = POLICY_LOSSES["ppo_clip"](log_probs=lp, old_log_probs=lp.detach(), advantages=torch.zeros(1, dtype=D),
+    loss2, _ = call_loss("ppo_clip", log_probs=lp, old_log_probs=lp.detach(), advantages=torch.zeros(1, dtype=D),
                                          response_mask=torch.ones(1, 2), cfg=cfg, normalizer=2.0, entropy=ent,
                                          ref_log_probs=ref, kl_coef=1.0)
     assert loss2.item() == pytest.approx(k3 / 2 - 0.1 * 2.0)
@@ -144,7 +150,7 @@ def test_kl_full_in_the_loss_uses_full_kl():
     dists = torch.log_softmax(logits, -1)
     ref = torch.tensor([[[0.25, 0.75]]], dtype=D).log()
     full_kl = kl_estimate(dists, ref, "full")  # [1, 1], what models.logprobs hands on per chunk
-    loss, m = POLICY_LOSSES["ppo_clip"](log_probs=dists[..., 0], old_log_probs=dists[..., 0].detach(),
+    loss, m = call_loss("ppo_clip", log_probs=dists[..., 0], old_log_probs=dists[..., 0].detach(),
                                         advantages=torch.zeros(1, dtype=D), response_mask=torch.ones(1, 1), cfg=cfg,
                                         normalizer=1.0, full_kl=full_kl)
     assert m["kl_loss"] == pytest.approx(0.5 * math.log(2) + 0.5 * math.log(2 / 3))
@@ -153,7 +159,7 @@ def test_kl_full_in_the_loss_uses_full_kl():
     kl = m["kl_loss"]
     assert logits.grad[0, 0].tolist() == pytest.approx([0.5 * (math.log(2) - kl), 0.5 * (math.log(2 / 3) - kl)])
     with pytest.raises(ValueError, match=r"full_kl=\[N, T\]"):
-        POLICY_LOSSES["ppo_clip"](log_probs=dists[..., 0].detach(), old_log_probs=dists[..., 0].detach(),
+        call_loss("ppo_clip", log_probs=dists[..., 0].detach(), old_log_probs=dists[..., 0].detach(),
                                   advantages=torch.zeros(1, dtype=D), response_mask=torch.ones(1, 1), cfg=cfg,
                                   normalizer=1.0, ref_log_probs=ref[..., 0])
 
@@ -163,13 +169,13 @@ def test_missing_inputs_and_typos_are_errors(name):
     base = dict(log_probs=torch.zeros(1, 2), old_log_probs=torch.zeros(1, 2), advantages=torch.ones(1),
                 response_mask=torch.ones(1, 2), normalizer=2.0)
     with pytest.raises(ValueError, match="ref_log_probs"):
-        POLICY_LOSSES[name](**base, cfg=AlgorithmConfig(use_kl_loss=True))
+        call_loss(name, **base, cfg=AlgorithmConfig(use_kl_loss=True))
     with pytest.raises(ValueError, match="entropy"):
-        POLICY_LOSSES[name](**base, cfg=AlgorithmConfig(disable_kl=True, entropy_coef=0.01))
+        call_loss(name, **base, cfg=AlgorithmConfig(disable_kl=True, entropy_coef=0.01))
     with pytest.raises(TypeError, match="ref_logprobs"):
-        POLICY_LOSSES[name](**base, cfg=CFG, ref_logprobs=torch.zeros(1, 2))
+        call_loss(name, **base, cfg=CFG, ref_logprobs=torch.zeros(1, 2))
     with pytest.raises(ValueError, match=r"advantages must be \[N\] or \[N, T\]"):
-        POLICY_LOSSES[name](**{**base, "advantages": torch.ones(3)}, cfg=CFG)
+        call_loss(name, **{**base, "advantages": torch.ones(3)}, cfg=CFG)
 
 
 # gspo_token and cispo hold stop-gradients of log pi itself, which finite differences cannot see;
@@ -186,7 +192,7 @@ def test_gradcheck(name):
     cfg = AlgorithmConfig(use_kl_loss=True, kl_coef=0.3, clip_ratio_high=0.28)
 
     def f(x):
-        return POLICY_LOSSES[name](log_probs=x, old_log_probs=old, advantages=adv, response_mask=mask, cfg=cfg,
+        return call_loss(name, log_probs=x, old_log_probs=old, advantages=adv, response_mask=mask, cfg=cfg,
                                    normalizer=5.0, ref_log_probs=ref, offline_mask=torch.tensor([1, 0]))[0]
     assert torch.autograd.gradcheck(f, (lp,))
 
@@ -202,18 +208,18 @@ def test_no_nan_for_empty_masks_single_tokens_and_huge_ratios(name, mode):
     kw = dict(log_probs=lp, old_log_probs=old, advantages=torch.tensor([1.0, -1.0, 1.0]), response_mask=mask,
               cfg=cfg, normalizer=3.0, ref_log_probs=torch.zeros(3, 3), entropy=torch.ones(3, 3),
               offline_mask=torch.tensor([1, 0, 0]))
-    loss, metrics = POLICY_LOSSES[name](**kw)
+    loss, metrics = call_loss(name, **kw)
     loss.backward()
     assert torch.isfinite(loss) and torch.isfinite(lp.grad).all()
     assert all(math.isfinite(v) for v in metrics.values())
-    empty, metrics = POLICY_LOSSES[name](**{**kw, "log_probs": torch.zeros(3, 3, requires_grad=True),
+    empty, metrics = call_loss(name, **{**kw, "log_probs": torch.zeros(3, 3, requires_grad=True),
                                             "response_mask": torch.zeros(3, 3)})
     assert empty.item() == 0.0 and all(math.isfinite(v) for v in metrics.values())
 
 
 def test_bf16_inputs_are_computed_in_float32():
     lp = torch.tensor([[-1.0 + math.log(1.1)]], dtype=torch.bfloat16, requires_grad=True)
-    loss, m = POLICY_LOSSES["ppo_clip"](log_probs=lp, old_log_probs=torch.full((1, 1), -1.0, dtype=torch.bfloat16),
+    loss, m = call_loss("ppo_clip", log_probs=lp, old_log_probs=torch.full((1, 1), -1.0, dtype=torch.bfloat16),
                                         advantages=torch.ones(1), response_mask=torch.ones(1, 1), cfg=CFG,
                                         normalizer=1.0)
     loss.backward()
