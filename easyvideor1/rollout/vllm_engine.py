@@ -49,7 +49,6 @@ the process should set `OMP_NUM_THREADS`; the tests undo it after their module.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tempfile
@@ -60,9 +59,8 @@ from pathlib import Path
 import torch
 
 from easyvideor1 import distributed
-from easyvideor1.data.loading import DataError
 from easyvideor1.prompts import Prompt
-from easyvideor1.records import Rollout, Sample
+from easyvideor1.records import Rollout
 from easyvideor1.rollout.base import (
     VISION_PAD_TOKENS,
     SamplingParams,
@@ -71,14 +69,7 @@ from easyvideor1.rollout.base import (
     counts_per_prompt,
     sample_seeds,
 )
-
-
-def _video_item(frames) -> tuple:
-    return frames.pixels.permute(0, 2, 3, 1).contiguous().numpy(), frames.metadata.to_hf()
-
-
-def _image_item(frames):
-    return frames.pixels[0].permute(1, 2, 0).contiguous().numpy()
+from easyvideor1.rollout.vllm_inputs import check_media_limits, request_for, ties_embeddings, untied_view
 
 
 def _state_items(model: torch.nn.Module):
@@ -137,8 +128,8 @@ class VLLMEngine:
         self._sync_root = weights_sync_dir
         self._sync_dir: Path | None = None
         self._removals: list[weakref.finalize] = []  # temp folders go with the engine, or at exit
-        if untie_embeddings and _ties_embeddings(self.model_path):
-            self.model_path = self._temp_dir(_untied_view(self.model_path, weights_sync_dir))
+        if untie_embeddings and ties_embeddings(self.model_path):
+            self.model_path = self._temp_dir(untied_view(self.model_path, weights_sync_dir))
         self.sleep_mode = bool(enable_sleep_mode)
         self.limits = dict(limit_mm_per_prompt or {"video": 1, "image": 2})
         if external_launcher:
@@ -359,66 +350,6 @@ def _check_prompt(job: _Job, vllm_ids) -> None:
     )
 
 
-def _ties_embeddings(model_path: Path) -> bool:
-    from transformers import AutoConfig
-
-    return bool(getattr(AutoConfig.from_pretrained(model_path), "tie_word_embeddings", False))
-
-
-def _untied_view(model_path: Path, root: str | os.PathLike | None) -> Path:
-    """A new folder vLLM loads as an untied model: links to `model_path`'s files, its config
-    with `tie_word_embeddings: false` (text config too), and `lm_head.safetensors` holding the
-    input embedding as `lm_head.weight` (added to the shard index when there is one)."""
-    from safetensors import safe_open
-    from safetensors.torch import save_file
-
-    folder = Path(tempfile.mkdtemp(prefix="evr1-vllm-untied-", dir=root))
-    embedding, has_head = None, False
-    for f in sorted(model_path.iterdir()):
-        if f.name == "config.json":
-            config = json.loads(f.read_text())
-            config["tie_word_embeddings"] = False
-            if isinstance(config.get("text_config"), dict):
-                config["text_config"]["tie_word_embeddings"] = False
-            (folder / f.name).write_text(json.dumps(config, indent=2))
-        elif f.name.endswith(".safetensors.index.json"):
-            index = json.loads(f.read_text())
-            index["weight_map"].setdefault("lm_head.weight", "lm_head.safetensors")
-            (folder / f.name).write_text(json.dumps(index, indent=2))
-        else:
-            (folder / f.name).symlink_to(f.resolve())
-        if f.name.endswith(".safetensors"):
-            with safe_open(str(f), framework="pt") as st:
-                has_head |= "lm_head.weight" in st.keys()
-                name = next((k for k in st.keys() if k.endswith("embed_tokens.weight") and "visual" not in k), None)
-                if name is not None and embedding is None:
-                    embedding = st.get_tensor(name)
-    if embedding is None:
-        shutil.rmtree(folder, ignore_errors=True)
-        raise ValueError(f"{model_path}: no *embed_tokens.weight in its safetensors files, cannot untie the LM head")
-    if not has_head:  # some tied checkpoints store the head anyway (equal to the embedding)
-        save_file({"lm_head.weight": embedding.contiguous()}, str(folder / "lm_head.safetensors"))
-    return folder
-
-
-def check_media_limits(samples: list[Sample], limits: dict[str, int]) -> None:
-    """Raise `DataError` naming the samples that carry more videos or images than vLLM's
-    per-prompt limits (`rollout.limit_videos` / `rollout.limit_images`)."""
-    over = [(s, kind, len(media)) for s in samples
-            for kind, media in (("video", s.videos), ("image", s.images)) if len(media) > limits.get(kind, 0)]
-    if not over:
-        return
-    shown = "; ".join(f"sample {s.problem_id!r} has {k} {kind}s" for s, kind, k in over[:5])
-    more = f" (and {len(over) - 5} more)" if len(over) > 5 else ""
-    need = {kind: max(k for _, kd, k in over if kd == kind) for _, kind, _ in over}
-    fix = " ".join(f"rollout.limit_{kind}s={k}" for kind, k in need.items())
-    raise DataError(
-        f"{shown}{more}, over the vLLM engine's per-prompt limit (video {limits.get('video', 0)}, image "
-        f"{limits.get('image', 0)}); raise it ({fix}; vLLM reserves encoder memory for that many) or drop those "
-        f"samples"
-    )
-
-
 class AsyncVLLMEngine:
     """vLLM V1's async engine (`AsyncLLM`): each prompt is submitted as soon as it is ready and
     `generate_one` returns its response when it finishes; many may be in flight at once (the
@@ -484,21 +415,3 @@ def vllm_sampling_params(vllm, params: SamplingParams, n: int, seed: int | None,
         skip_special_tokens=True,
         **extra,
     )
-
-
-def request_for(prompt: Prompt) -> dict:
-    """vLLM's input for one prompt: chat-templated text + the media, untouched."""
-    videos = [_video_item(fr) for fr in prompt.frames if fr.metadata is not None]
-    images = [_image_item(fr) for fr in prompt.frames if fr.metadata is None]
-    request: dict = {"prompt": prompt.inputs.prompt_text}
-    mm = {}
-    if videos:
-        mm["video"] = videos if len(videos) > 1 else videos[0]
-    if images:
-        mm["image"] = images if len(images) > 1 else images[0]
-    if mm:
-        request["multi_modal_data"] = mm
-        # Frames are already sampled and sized (multiples of the grid factor, checked by
-        # build_inputs), so neither videos nor images may be resampled or resized.
-        request["mm_processor_kwargs"] = {"do_sample_frames": False, "do_resize": False}
-    return request

@@ -24,7 +24,8 @@ from easyvideor1.records import Sample
 from easyvideor1.rewards.batch import ScoringPool, score_batch
 from easyvideor1.prompts import PromptBuilder
 from easyvideor1.rollout.hf_engine import HFEngine
-from easyvideor1.rollout.vllm_engine import VLLMEngine, check_media_limits  # imports vllm only when built
+from easyvideor1.rollout.vllm_engine import VLLMEngine  # imports vllm only when one is built
+from easyvideor1.rollout.vllm_inputs import check_media_limits
 from easyvideor1.training.fsdp import init_distributed, shard
 from easyvideor1.training.groups import RolloutStage
 from easyvideor1.training.loader import PromptLoader

@@ -78,13 +78,13 @@ def test_untied_view_of_a_sharded_tied_checkpoint(tmp_path):
     from safetensors.torch import load_file
     from transformers import AutoModelForImageTextToText
 
-    from easyvideor1.rollout.vllm_engine import _untied_view
+    from easyvideor1.rollout.vllm_inputs import untied_view
 
     src = build_tiny_model("qwen2_5_vl", tmp_path / "tied", seed=0, tie_embeddings=True)
     tied = AutoModelForImageTextToText.from_pretrained(src)
     tied.save_pretrained(tmp_path / "sharded", max_shard_size="200KB")
     assert len(list((tmp_path / "sharded").glob("*.safetensors"))) > 1
-    view = _untied_view(tmp_path / "sharded", tmp_path)
+    view = untied_view(tmp_path / "sharded", tmp_path)
     index = (view / "model.safetensors.index.json").read_text()
     assert '"lm_head.weight": "lm_head.safetensors"' in index
     assert torch.equal(load_file(str(view / "lm_head.safetensors"))["lm_head.weight"],
