@@ -81,14 +81,17 @@ class PromptBuilder:
     """The model family (frame-size multiple, processor quirks)."""
     spec: MRopeSpec
     """The model's M-RoPE layout, for the position ids."""
-    render: Callable[[Sample], str]
-    """Sample -> user prompt text (the task's Jinja template, or a benchmark's own prompt)."""
+    render: Callable[[Sample], str] | None = None
+    """Sample -> user prompt text (the task's Jinja template); None: every `build` gives the text
+    (evaluation: each benchmark's own prompt)."""
     max_prompt_tokens: int | None = None
     """Longer prompts are failures (None: no limit)."""
 
     def build(self, sample: Sample, text: str | None = None, seed_offset: int | None = None) -> Prompt:
         """The prompt of `sample` (`text` replaces the rendered one); raises `MediaError`,
         `CacheError` or `ValueError` naming the sample when it cannot be built."""
+        if text is None and self.render is None:
+            raise ValueError(f"sample {sample.problem_id!r}: no prompt text (this PromptBuilder has no renderer)")
         media = self.frames.frames_for_sample(sample)
         text = self.render(sample) if text is None else text
         inputs = build_inputs(sample, media, text, self.processor, self.family, self.spec, self.max_prompt_tokens)

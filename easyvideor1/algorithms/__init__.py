@@ -10,7 +10,7 @@ never branches on the algorithm's name):
 
        result = filter_groups(values=accuracy_per_response, group_ids=uids,
                               low=cfg.filter_low, high=cfg.filter_high)
-       done = filler.add(result)    # filler = BatchFiller(target_groups, cfg.max_filter_tries)
+       done = filler.add(result)    # filler = BatchFiller(target, cfg.max_filter_tries, all_full=distributed.all_true)
 
 2. KL in the reward (when `cfg.kl_in_reward`; `cfg.needs_reference` says whether to run the
    reference model at all)::

@@ -71,6 +71,13 @@ def full(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Tensor:
 KL_ESTIMATORS = {"k1": k1, "abs": kl_abs, "mse": mse, "low_var_kl": low_var_kl, "full": full}
 
 
+def k1_sums(log_probs: torch.Tensor, ref_log_probs: torch.Tensor, mask: torch.Tensor) -> tuple[float, float]:
+    """(sum of log pi - log pi_ref over `mask`'s tokens, their count): the k1 estimate of
+    KL(pi || pi_ref) as sums, so micro-batches and ranks add up exactly (`kl/policy_ref`)."""
+    mask = mask.bool()
+    return float(torch.where(mask, log_probs - ref_log_probs.to(log_probs.dtype), 0.0).sum()), float(mask.sum())
+
+
 def kl_estimate(log_probs: torch.Tensor, ref_log_probs: torch.Tensor, kind: str) -> torch.Tensor:
     """Per-token KL estimate `[N, T]` of kind `kind` (a key of `KL_ESTIMATORS`)."""
     try:

@@ -2,7 +2,7 @@
 
 Wires the pieces: adapters (`adapters`), score-changing settings and their hash
 (`presets`, `results.check_settings`), frames (`vision.cache.FrameSource`), the model's
-processor (`models.inputs.build_inputs`), an engine, and the asynchronous pipeline
+prompt stage (`prompts.PromptBuilder`), an engine, and the asynchronous pipeline
 (`pipeline.run_async`). A resume skips exactly the ids already written.
 """
 
@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from easyvideor1.config_tree import ConfigError
-from easyvideor1.data.templates import render_prompt
 from easyvideor1.evaluation.adapters import get_benchmark
 from easyvideor1.evaluation.pipeline import (
     AsyncEngineBackend,
@@ -103,9 +102,9 @@ class Evaluator:
                                         sampling=sampling)
         if vision is not None:
             self.settings = dataclasses.replace(self.settings, vision=vision)
-        self.frames = FrameSource(self.settings.vision, o.cache_dir, o.cache_mode)
-        self.prompts = PromptBuilder(self.frames, self.processor, self.family, self.spec,
-                                     render=partial(render_prompt, template_dir=o.template_dir))
+        # each benchmark renders its own prompt text (`prepare`)
+        self.prompts = PromptBuilder(FrameSource(self.settings.vision, o.cache_dir, o.cache_mode), self.processor,
+                                     self.family, self.spec)
         self.params = sampling_from(self.settings)
         if engine == "vllm":
             sp = self.settings.sampling

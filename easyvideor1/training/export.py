@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from easyvideor1.models.loading import resolve_dtype
 from easyvideor1.training.fsdp import full_state_dict
-
-if TYPE_CHECKING:
-    from easyvideor1.training.trainer import Run
+from easyvideor1.training.run import Run
 
 
 def export_hf(run: Run, out_dir: str | Path) -> Path | None:

@@ -2,8 +2,8 @@
 
 `RolloutStage` holds what this stage needs (engine, group size, hybrid mode, scorer, sampling
 settings) once per run. `BatchScoreFn(responses, samples) -> list[RewardResult]` is injected, so
-the trainer never knows which reward families exist; the rewards package's batch scorer is
-the default.
+the trainer never knows which reward families exist (`training.setup.make_score_fn` hands in
+the rewards package's batch scorer).
 
 Under data parallelism every rank's stage ends with the same number of groups (padding groups
 stand in for samples that failed, and dynamic sampling runs rounds until every rank is full),
@@ -79,6 +79,7 @@ class RolloutStage:
     hybrid: HybridConfig
     algo: AlgorithmConfig  # dynamic-sampling settings
     seed: int  # training.seed
+    stop_ids: tuple[int, ...] = ()  # `stop_token_ids(rollout.stop_tokens, tokenizer)`, checked once
 
     def params(self, step: int, temperature: float | None = None) -> SamplingParams:
         """The step's sampling settings (`temperature` 0: greedy, for validation and ReMax)."""
@@ -87,7 +88,7 @@ class RolloutStage:
         return SamplingParams(temperature=r.temperature if temperature is None else temperature,
                               top_p=1.0 if greedy else r.top_p, top_k=-1 if greedy else r.top_k,
                               max_tokens=r.max_tokens, seed=self.seed * 1_000_003 + step,
-                              stop_token_ids=stop_token_ids(r.stop_tokens, self.tokenizer),
+                              stop_token_ids=self.stop_ids,
                               include_stop_str_in_output=True)
 
     def generate(self, prompts: list[Prompt], n: list[int] | int, params: SamplingParams) -> list[list[Rollout]]:
@@ -111,7 +112,6 @@ class RolloutStage:
         kept = [sum(not r.offline for r in grp) for grp in groups]
         offline_results = self.score(prompts, [grp[k:] for grp, k in zip(groups, kept)])
         results = [online_results[g][:k] + offline_results[g] for g, k in enumerate(kept)]
-        counters.offline_reward_sum = sum(x.overall for res in offline_results for x in res)
         return ScoredGroups(prompts, groups, results, counters)
 
     def filtered_groups(self, next_prompts: Callable[[], list[Prompt]], params: SamplingParams,
@@ -130,8 +130,10 @@ class RolloutStage:
                                     high=algo.filter_high)
                       if values else GroupFilter(torch.zeros(0, dtype=torch.bool), [], 0, 0, 0))  # nothing loaded
             kept.add(round_, result.kept_groups[:target_groups - len(kept.groups)])
-            if filler.add(result):
-                kept.filter_metrics = {f"filter/{k}": v for k, v in filler.metrics().items()}
+            if filler.add(result):  # counts summed over ranks (the rounds are the same on every rank)
+                counts = filler.metrics()
+                summed = dict(zip(counts, distributed.all_reduce_floats(list(counts.values()))))
+                kept.filter_metrics = {f"filter/{k}": v if k == "filter_tries" else summed[k] for k, v in counts.items()}
                 return kept
 
 

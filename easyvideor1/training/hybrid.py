@@ -13,7 +13,7 @@ with a counted warning (upstream crashed).
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from easyvideor1.config import HybridConfig
 from easyvideor1.records import Rollout, Sample
@@ -26,8 +26,6 @@ class HybridCounters:
     groups_evaluated: int = 0  # groups whose sample has an offline trajectory
     groups_replaced: int = 0  # groups that received it
     offline_truncated: int = 0  # trajectories cut to the response limit
-    offline_reward_sum: float = 0.0  # summed by the trainer after scoring
-    replaced_ids: list[str] = field(default_factory=list)
 
     COUNTS = ("groups_evaluated", "groups_replaced", "offline_truncated")  # the logged counts
 
@@ -36,8 +34,6 @@ class HybridCounters:
         self.groups_evaluated += other.groups_evaluated
         self.groups_replaced += other.groups_replaced
         self.offline_truncated += other.offline_truncated
-        self.offline_reward_sum += other.offline_reward_sum
-        self.replaced_ids += other.replaced_ids
 
 
 def has_offline(sample: Sample) -> bool:
@@ -86,6 +82,5 @@ def fill_groups(samples: list[Sample], online: list[list[Rollout]], online_accur
             if use:
                 group.append(offline_rollout(sample, i, tokenizer, end_token, max_tokens, counters))
                 counters.groups_replaced += 1
-                counters.replaced_ids.append(sample.problem_id)
         groups.append(group)
     return groups

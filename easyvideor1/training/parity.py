@@ -20,6 +20,7 @@ from collections.abc import Callable
 
 import torch
 
+from easyvideor1 import distributed
 from easyvideor1.models.families import Family
 from easyvideor1.models.mrope import MRopeSpec
 from easyvideor1.prompts import Prompt
@@ -72,21 +73,29 @@ def modality_gaps(gaps: list[tuple[str, torch.Tensor]]) -> dict[str, dict]:
     return report
 
 
+MODALITIES = ("video", "image", "image+video", "text")  # what `Prompt.modality` can be
+
+
 def parity_metrics(batch: RolloutBatch) -> dict[str, float]:
-    """The loop's parity metrics: `parity/max_gap/<modality>` and `parity/mean_gap/<modality>` of the
-    engine's log-probs against the step's old log-probs (generated responses only)."""
-    gaps = []
+    """The loop's parity metrics over every rank: `parity/max_gap/<modality>` and
+    `parity/mean_gap/<modality>` (token mean) of the engine's log-probs against the step's old
+    log-probs, generated responses only; modalities no rank saw are left out."""
+    sums = {m: [0.0, 0.0, 0.0] for m in MODALITIES}  # |gap| sum, tokens, max
     for i, r in enumerate(batch.rollouts):
         if r.offline or r.logprobs is None or not r.token_ids:
             continue
         n = len(r.token_ids)
-        modality = batch.prompts[int(batch.group_ids[i])].modality
-        gaps.append((modality, (batch.behaviour_log_probs[i, :n] - batch.old_log_probs[i, :n]).abs()))
+        gap = (batch.behaviour_log_probs[i, :n] - batch.old_log_probs[i, :n]).abs()
+        acc = sums[batch.prompts[int(batch.group_ids[i])].modality]
+        acc[0], acc[1], acc[2] = acc[0] + float(gap.sum()), acc[1] + n, max(acc[2], float(gap.max()))
+    totals = distributed.all_reduce_floats([x for m in MODALITIES for x in sums[m][:2]])
+    highs = distributed.all_reduce_floats([sums[m][2] for m in MODALITIES], "max")
     out = {}
-    for modality, stats in modality_gaps(gaps).items():
-        if modality != "all":
-            out[f"parity/max_gap/{modality}"] = stats["max_abs_gap"]
-            out[f"parity/mean_gap/{modality}"] = stats["mean_abs_gap"]
+    for k, m in enumerate(MODALITIES):
+        gap_sum, tokens = totals[2 * k], totals[2 * k + 1]
+        if tokens:
+            out[f"parity/max_gap/{m}"] = highs[k]
+            out[f"parity/mean_gap/{m}"] = gap_sum / tokens
     return out
 
 

@@ -27,7 +27,7 @@ from easyvideor1.rollout.hf_engine import HFEngine
 from easyvideor1.rollout.vllm_engine import VLLMEngine  # imports vllm only when one is built
 from easyvideor1.rollout.vllm_inputs import check_media_limits
 from easyvideor1.training.fsdp import init_distributed, shard
-from easyvideor1.training.groups import RolloutStage
+from easyvideor1.training.groups import RolloutStage, stop_token_ids
 from easyvideor1.training.loader import PromptLoader
 from easyvideor1.training.metrics import MetricsSink
 from easyvideor1.training.sequences import ForwardContext
@@ -72,7 +72,7 @@ def make_scheduler(optimizer, cfg: Config):
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
-def make_engine(cfg: Config, model, processor, family, spec, device, samples: list[Sample] = ()):
+def make_engine(cfg: Config, model, processor, family, spec, samples: list[Sample] = ()):
     """The rollout engine named by `rollout.engine` (vLLM imported only when chosen).
 
     vLLM: under torchrun one engine per rank (`external_launcher`; ranks of a tensor-parallel
@@ -102,15 +102,17 @@ def build_run(cfg: Config) -> Run:
     # policy is what keeps float32 master weights beside bf16 compute.
     rank, world, device = init_distributed(need_group=compute_dtype != torch.float32)
     seed_everything(cfg.training.seed)
-    if cfg.training.rollout_batch_size % world:
-        raise ConfigError(f"training.rollout_batch_size={cfg.training.rollout_batch_size} must be a multiple of the "
-                         f"number of processes ({world})")
+    t = cfg.training
+    if t.rollout_batch_size % world or t.mini_batch_size % world:
+        raise ConfigError(f"training.rollout_batch_size={t.rollout_batch_size} and training.mini_batch_size="
+                          f"{t.mini_batch_size} must be multiples of the number of processes ({world}), so every "
+                          "rank holds the same share of every mini-batch")
     train_samples = load_split(cfg.data.train_files, cfg)
     val_samples = load_split(cfg.data.val_files, cfg)
     frames = FrameSource(cfg.vision, cfg.data.cache_dir, cfg.data.cache_mode)
 
     m = cfg.model
-    sharded = torch.distributed.is_initialized()
+    sharded = distributed.is_initialized()
     load_device = "cpu" if sharded else device  # fully_shard moves each rank's shard to its device
     # The policy's parameters and AdamW states are float32 (master weights); `model.dtype` is the
     # compute dtype, applied by FSDP2 (`shard(param_dtype=...)`). At lr 1e-6, bf16 parameters
@@ -135,7 +137,7 @@ def build_run(cfg: Config) -> Run:
                          # log-probs of the distribution the engine sampled from (greedy: the raw one)
                          temperature=cfg.rollout.temperature if cfg.rollout.temperature > 0 else 1.0, device=device,
                          pixel_dtype=compute_dtype)
-    engine = make_engine(cfg, model, processor, family, spec, device, train_samples + val_samples)
+    engine = make_engine(cfg, model, processor, family, spec, train_samples + val_samples)
     Path(cfg.logging.out_dir).mkdir(parents=True, exist_ok=True)
     sink = MetricsSink(cfg.logging.out_dir, cfg.logging.tensorboard, cfg.logging.wandb, cfg.logging.wandb_project,
                        config=to_dict(cfg), enabled=rank == 0)
@@ -143,7 +145,8 @@ def build_run(cfg: Config) -> Run:
                             render=partial(render_prompt, template_dir=cfg.data.template_dir),
                             max_prompt_tokens=cfg.data.max_prompt_tokens)
     rollouts = RolloutStage(engine, make_score_fn(cfg), processor.tokenizer, _end_token(processor), cfg.rollout,
-                            cfg.hybrid, cfg.algorithm, cfg.training.seed)
+                            cfg.hybrid, cfg.algorithm, cfg.training.seed,
+                            stop_token_ids(cfg.rollout.stop_tokens, processor.tokenizer))
     return Run(cfg=cfg, model=model, reference=reference, optimizer=optimizer,
                scheduler=make_scheduler(optimizer, cfg), kl=make_kl_controller(cfg.algorithm),
                loader=PromptLoader(train_samples, cfg.training.rollout_batch_size, cfg.training.seed, cfg.data.shuffle),

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -21,7 +22,8 @@ from tqdm import tqdm
 
 from easyvideor1 import distributed
 from easyvideor1.algorithms import ADVANTAGES, kl_reward_penalty
-from easyvideor1.algorithms.kl import AdaptiveKLController
+from easyvideor1.algorithms.kl import AdaptiveKLController, k1_sums
+from easyvideor1.config_tree import ConfigError
 from easyvideor1.training import checkpoint as ckpt
 from easyvideor1.training.groups import ScoredGroups, pad_groups, reward_metrics
 from easyvideor1.training.loader import rank_slice
@@ -46,11 +48,15 @@ def rollout_stage(run: Run, step: int, timer: StageTimer) -> ScoredGroups:
     cfg = run.cfg
     per_rank, n = cfg.training.rollout_batch_size // run.world, cfg.rollout.n
     failures: list = []
+    rounds = [0]  # dynamic sampling's generation rounds so far
 
     def next_prompts():
         samples = rank_slice(run.loader.next_batch(), run.rank, run.world)
-        with timer("prepare"):  # seeds numbered by the global slot: the same in 1 or N processes
-            prompts, failed = run.prompts.build_many(samples, seed_slots=(run.rank * per_rank * n, n))
+        # Seeds numbered by the global slot (the same in 1 or N processes), new ones each round.
+        first = (rounds[0] * cfg.training.rollout_batch_size + run.rank * per_rank) * n
+        rounds[0] += 1
+        with timer("prepare"):
+            prompts, failed = run.prompts.build_many(samples, seed_slots=(first, n))
         failures.extend(failed)
         return prompts
 
@@ -76,14 +82,15 @@ def old_logprob_stage(run: Run, batch: RolloutBatch, parity_step: bool) -> torch
     return all_logprobs(run.model, batch, run.ctx)
 
 
-def greedy_baseline(run: Run, scored: ScoredGroups) -> tuple[torch.Tensor, dict[str, float]]:
+def greedy_baseline(run: Run, scored: ScoredGroups, step: int) -> tuple[torch.Tensor, dict[str, float]]:
     """ReMax's baseline: one greedy (temperature 0) response per prompt from the same engine,
-    scored by the same scorer; returns its reward per prompt [G] and the global mean greedy
-    reward. The greedy responses are never trained on."""
-    greedy = [grp[0] for grp in run.rollouts.generate(scored.prompts, 1, run.rollouts.params(run.step, 0.0))]
-    results = run.rollouts.score_fn([r.text for r in greedy], [p.sample for p in scored.prompts])
-    per_prompt = torch.tensor([x.overall for x in results], dtype=torch.float32)  # [G]
-    total, count = distributed.all_reduce_floats([float(per_prompt.sum()), float(per_prompt.numel())])
+    scored by the same scorer; returns its reward per prompt [G] (0 for padding groups) and the
+    global mean greedy reward. The greedy responses are never trained on."""
+    real = [p for p in scored.prompts if not p.padding]
+    greedy = [grp[0] for grp in run.rollouts.generate(real, 1, run.rollouts.params(step, 0.0))]
+    results = iter(run.rollouts.score_fn([r.text for r in greedy], [p.sample for p in real]))
+    per_prompt = torch.tensor([0.0 if p.padding else next(results).overall for p in scored.prompts])  # [G]
+    total, count = distributed.all_reduce_floats([float(per_prompt.sum()), float(len(real))])
     return per_prompt, {"remax/greedy_reward": total / max(count, 1.0)}
 
 
@@ -108,8 +115,10 @@ def advantage_stage(run: Run, batch: RolloutBatch, greedy: torch.Tensor | None) 
         greedy_rewards=None if greedy is None else greedy[batch.group_ids], reward_parts=parts,
         all_reduce_floats=distributed.all_reduce_floats, **algo.estimator_kwargs())
     mask = batch.response_mask
-    return {"advantage/mean": float(batch.advantages[mask].mean()) if mask.any() else 0.0,
-            "advantage/abs_max": float(batch.advantages[mask].abs().max()) if mask.any() else 0.0}
+    values = batch.advantages[mask]
+    total, tokens = distributed.all_reduce_floats([float(values.sum()), float(values.numel())])
+    abs_max = distributed.all_reduce_floats([float(values.abs().max()) if values.numel() else 0.0], "max")[0]
+    return {"advantage/mean": total / tokens if tokens else 0.0, "advantage/abs_max": abs_max}
 
 
 def update_stage(run: Run, batch: RolloutBatch) -> dict[str, float]:
@@ -126,9 +135,8 @@ def update_stage(run: Run, batch: RolloutBatch) -> dict[str, float]:
 def policy_ref_kl(batch: RolloutBatch) -> float:
     """KL(policy || reference) of the step, the k1 estimate: mean of old - ref log-prob over every
     response token of every rank (what `kl/policy_ref` logs and the adaptive controller reads)."""
-    mask = batch.response_mask
-    total, tokens = distributed.all_reduce_floats(
-        [float(torch.where(mask, batch.old_log_probs - batch.ref_log_probs, 0.0).sum()), float(mask.sum())])
+    total, tokens = distributed.all_reduce_floats(list(k1_sums(batch.old_log_probs, batch.ref_log_probs,
+                                                               batch.response_mask)))
     return total / tokens if tokens else 0.0
 
 
@@ -140,7 +148,7 @@ def train_step(run: Run, step: int) -> dict[str, float]:
     greedy = None
     if run.cfg.algorithm.needs_greedy_rollout:
         with timer("greedy_rollout"):
-            greedy, greedy_metrics = greedy_baseline(run, scored)
+            greedy, greedy_metrics = greedy_baseline(run, scored, step)
         m.glob.update(greedy_metrics)
     run.rollouts.engine.sleep()  # release the engine's memory (vLLM on GPU) for the passes below
     log_examples(run, step, scored)
@@ -150,14 +158,14 @@ def train_step(run: Run, step: int) -> dict[str, float]:
     with timer("old_logprob"):
         batch.old_log_probs = old_logprob_stage(run, batch, parity_step)
     if parity_step:
-        m.local.update(parity_metrics(batch))
+        m.glob.update(parity_metrics(batch))
     if run.reference is not None:
         with timer("ref_logprob"):
             batch.ref_log_probs = all_logprobs(run.reference, batch, run.ctx)
         if batch.old_log_probs is not None:  # else the update measures it on the same tokens
             m.glob["kl/policy_ref"] = policy_ref_kl(batch)
     with timer("advantage"):
-        m.local.update(advantage_stage(run, batch, greedy))
+        m.glob.update(advantage_stage(run, batch, greedy))
     with timer("update"):
         m.glob.update(update_stage(run, batch))
     with timer("sync"):
@@ -165,8 +173,9 @@ def train_step(run: Run, step: int) -> dict[str, float]:
         run.rollouts.engine.update_weights(run.model)
     metrics = m.finish(int(batch.response_mask.sum()) + sum(len(p.inputs.input_ids) for p in batch.prompts),
                        run.world)
-    if "kl/policy_ref" in metrics:
-        run.kl.update(metrics["kl/policy_ref"], batch.size * run.world)
+    if "kl/policy_ref" in metrics:  # the controller counts the step's real responses, all ranks
+        responses = distributed.all_reduce_floats([sum(not p.padding for p in scored.prompts) * run.cfg.rollout.n])
+        run.kl.update(metrics["kl/policy_ref"], int(responses[0]))
     metrics["lr"] = run.optimizer.param_groups[0]["lr"]
     return metrics
 
@@ -195,9 +204,20 @@ def maybe_resume(run: Run) -> int:
     """Restore the newest complete checkpoint (per `checkpoint.resume`) into `run`; return its step."""
     root = f"{run.cfg.logging.out_dir}/checkpoints"
     ckpt.clean_partial(root)
-    path = ckpt.resolve_resume(root, run.cfg.checkpoint.resume)
-    if path is None:
+    # Rank 0 chooses (node-local folders may differ); every rank then loads that one, or stops alike.
+    choice: tuple[str | None, str | None] = (None, None)
+    if run.rank == 0:
+        try:
+            path = ckpt.resolve_resume(root, run.cfg.checkpoint.resume)
+            choice = (None if path is None else str(path), None)
+        except FileNotFoundError as e:
+            choice = (None, str(e))
+    chosen, error = distributed.all_gather_objects(choice)[0]
+    if error is not None:
+        raise ConfigError(error)
+    if chosen is None:
         return 0
+    path = Path(chosen)
     state = ckpt.load_checkpoint(path, run.model, run.optimizer, run.scheduler)
     run.loader.load_state_dict(state["loader"])
     if "kl_controller" in state:
@@ -223,7 +243,7 @@ def train(run: Run) -> dict[str, Any]:
         run.step = step
         metrics = train_step(run, step)
         if cfg.training.val_every and step % cfg.training.val_every == 0 and run.val_samples:
-            metrics.update(validate(run, step))
+            metrics.update(validate(run))
         # Wall clock since the previous row (the first: since the loop began), so what the stage
         # timers of `time/step` leave out (validation, logging, checkpoints) is counted too.
         now = time.monotonic()
@@ -233,6 +253,7 @@ def train(run: Run) -> dict[str, Any]:
         run.history.append(metrics)
         last = metrics
         minutes_left = cfg.training.max_minutes - (time.monotonic() - began) / 60
+        out_of_time = bool(cfg.training.max_minutes) and distributed.any_true(minutes_left <= 0)  # one decision
         if progress is not None:
             progress.update(1)
             line = console_line(metrics, ("reward/all", "accuracy/all", "time/step"))
@@ -241,7 +262,7 @@ def train(run: Run) -> dict[str, Any]:
             progress.set_postfix_str(line)
         if cfg.checkpoint.every and step % cfg.checkpoint.every == 0:
             checkpoint_run(run, step)
-        if cfg.training.max_minutes and minutes_left <= 0:
+        if out_of_time:
             log.info("stopping after %.1f minutes (training.max_minutes)", cfg.training.max_minutes)
             break
     if progress is not None:
@@ -249,4 +270,6 @@ def train(run: Run) -> dict[str, Any]:
     every = cfg.checkpoint.every  # 0: no checkpoints; else every k steps and after the last one
     if every and run.step and run.step % every:
         checkpoint_run(run, run.step)
+    if run.sink is not None:
+        run.sink.close()  # flushes TensorBoard, finishes the W&B run
     return last

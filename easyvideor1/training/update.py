@@ -20,6 +20,7 @@ import torch
 
 from easyvideor1 import distributed
 from easyvideor1.algorithms import POLICY_LOSSES, loss_normalizer
+from easyvideor1.algorithms.kl import k1_sums
 from easyvideor1.algorithms.policy_losses import METRIC_REDUCTIONS, LossInputs
 from easyvideor1.algorithms.config import AlgorithmConfig
 from easyvideor1.training.sequences import ForwardContext, RolloutBatch, forward_logprobs, micro_batches
@@ -139,8 +140,9 @@ def policy_update(model, optimizer: torch.optim.Optimizer, batch: RolloutBatch, 
                 loss.backward()
                 stats.add_micro(metrics, int(mask.sum()))
                 if batch.old_log_probs is None and ref is not None:  # the policy-ref KL of this batch (k1)
-                    stats.policy_ref_kl[0] += float(torch.where(mask, logp.detach() - ref, 0.0).sum())
-                    stats.policy_ref_kl[1] += float(mask.sum())
+                    total, tokens = k1_sums(logp.detach(), ref, mask)
+                    stats.policy_ref_kl[0] += total
+                    stats.policy_ref_kl[1] += tokens
             grad_norm = torch.nn.utils.clip_grad_norm_(params, grad_clip)
             grad_norm = float(grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm)
             if math.isfinite(grad_norm):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from easyvideor1 import distributed
+from easyvideor1.training.metrics import gather_values
 from easyvideor1.training.run import Run
 
 
@@ -13,7 +14,7 @@ def task_of(sample) -> str:
     return str(sample.extra.get("task") or sample.problem_type).lower().replace(" ", "_")
 
 
-def validate(run: Run, step: int) -> dict[str, float]:
+def validate(run: Run) -> dict[str, float]:
     """Mean accuracy / reward / format per task and overall on `run.val_samples` (greedy unless
     `rollout.val_temperature` > 0). Samples that fail to load count as wrong."""
     cfg = run.cfg
@@ -37,12 +38,8 @@ def validate(run: Run, step: int) -> dict[str, float]:
                 for name in ("accuracy", "reward", "format"):
                     sums[f"val/{name}/{key}"].append(0.0)
     n_failed = len(failures)
-    if run.world > 1:  # every rank scored its share: gather the raw scores
-        gathered = distributed.all_gather_objects((dict(sums), n_failed))
-        sums, n_failed = defaultdict(list), sum(f for _, f in gathered)
-        for part, _ in gathered:
-            for k, v in part.items():
-                sums[k].extend(v)
+    sums = gather_values(sums)  # every rank scored its share: the raw scores of all
+    n_failed = distributed.all_reduce_floats([n_failed])[0]
     metrics = {k: sum(v) / len(v) for k, v in sums.items()}
     metrics["val/failed"] = float(n_failed)
     return metrics

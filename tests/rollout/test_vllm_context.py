@@ -33,7 +33,7 @@ def setup(vllm_env, tmp_path_factory):
     path = build_tiny_model("qwen2_5_vl", tmp_path_factory.mktemp("ctx") / "model", seed=0)
     tiny = load_tiny("qwen2_5_vl", path)
     cfg = _cfg(path)
-    engine = make_engine(cfg, tiny.model, tiny.processor, tiny.family, tiny.spec, torch.device("cpu"))
+    engine = make_engine(cfg, tiny.model, tiny.processor, tiny.family, tiny.spec)
     yield tiny, cfg, engine
     engine.close()
 
@@ -68,7 +68,7 @@ def test_media_over_the_limit_are_refused_naming_the_sample(setup):
     samples = [Sample("q", "a", "free-form", "video", videos=["a.mp4"], problem_id="ok"),
                Sample("q", "a", "free-form", "video", videos=["a.mp4", "b.mp4", "c.mp4"], problem_id="three")]
     with pytest.raises(DataError, match=r"sample 'three' has 3 videos.*rollout\.limit_videos=3"):
-        make_engine(cfg, tiny.model, tiny.processor, tiny.family, tiny.spec, torch.device("cpu"), samples)
+        make_engine(cfg, tiny.model, tiny.processor, tiny.family, tiny.spec, samples)
 
 
 def test_untied_view_of_a_sharded_tied_checkpoint(tmp_path):
