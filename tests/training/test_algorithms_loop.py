@@ -4,6 +4,7 @@ adaptive KL controller, REINFORCE++ and GDPO (batch whitening). Each runs 2 step
 `build_run` + `train` in this process (what `easyvideor1 train` does, minus report and
 export) on a tiny real model and real synthetic videos."""
 
+import json
 import math
 
 import pytest
@@ -69,3 +70,28 @@ def test_algorithm_trains_two_steps(setup, case):
     if case == "reinforce_plus_plus":
         # returns are whitened over the batch's tokens: their token mean is 0
         assert all(abs(r["advantage/mean"]) < 1e-5 and r["advantage/abs_max"] > 0 for r in rows)
+
+
+def test_remax_with_a_sample_that_fails_to_load(setup, tmp_path):
+    """A corrupt video becomes a padding group; ReMax's greedy baseline decodes and scores only
+    the real prompts (the padding prompt has no problem type a scorer knows)."""
+    root, model, data = setup
+    rows = [json.loads(line) for line in data.read_text().splitlines()]
+    video = next(r for r in rows if r.get("videos"))
+    corrupt = tmp_path / "corrupt.mp4"
+    corrupt.write_bytes(b"\x00\x00\x00\x18ftypmp42" + bytes(range(256)) * 8)
+    bad = {**video, "problem_id": "corrupt-video",
+           "videos": [str(corrupt)]}
+    for r in rows:  # the suite's media paths are relative to its folder
+        for key in ("videos", "images"):
+            if key in r:
+                r[key] = [str(data.parent / p) for p in r[key]]
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text("".join(json.dumps(r) + "\n" for r in [bad] + rows))
+    path = write_config(tmp_path, model, mixed, tmp_path / "out", algorithm={"preset": "remax"},
+                        data__shuffle=False, data__on_error="skip")
+    run = build_run(load_config(str(path)))
+    train(run)
+    first, second = run.history
+    assert first["data/prompt_failures"] == 1.0 and second["data/prompt_failures"] == 0.0
+    assert all(0.0 <= r["remax/greedy_reward"] <= 1.0 and math.isfinite(r["actor/pg_loss"]) for r in run.history)
