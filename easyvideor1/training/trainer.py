@@ -11,6 +11,7 @@ ranks are reduced where they are made (`distributed`); `StepMetrics` averages th
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import time
@@ -48,13 +49,12 @@ def rollout_stage(run: Run, step: int, timer: StageTimer) -> ScoredGroups:
     cfg = run.cfg
     per_rank, n = cfg.training.rollout_batch_size // run.world, cfg.rollout.n
     failures: list = []
-    rounds = [0]  # dynamic sampling's generation rounds so far
+    rounds = itertools.count()  # dynamic sampling's generation rounds
 
     def next_prompts():
         samples = rank_slice(run.loader.next_batch(), run.rank, run.world)
         # Seeds numbered by the global slot (the same in 1 or N processes), new ones each round.
-        first = (rounds[0] * cfg.training.rollout_batch_size + run.rank * per_rank) * n
-        rounds[0] += 1
+        first = (next(rounds) * cfg.training.rollout_batch_size + run.rank * per_rank) * n
         with timer("prepare"):
             prompts, failed = run.prompts.build_many(samples, seed_slots=(first, n))
         failures.extend(failed)
