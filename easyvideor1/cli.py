@@ -20,6 +20,7 @@ COMMAND_MODULES = [
     "easyvideor1.rewards.commands",  # score
     "easyvideor1.training.commands",  # train, demo
     "easyvideor1.evaluation.commands",  # report
+    "easyvideor1.curation.commands",  # pass-rate, trajectories
 ]
 
 

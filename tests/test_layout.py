@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[1] / PACKAGE
 # import torch (cache, check-data, eval, train, demo), so that `easyvideor1 --help`, which
 # imports every commands module, imports neither torch nor transformers.
 LAZY_IMPORTS = {
+    "easyvideor1.curation.commands",
     "easyvideor1.data.commands",
     "easyvideor1.evaluation.commands",
     "easyvideor1.training.commands",

@@ -104,7 +104,8 @@ class HFBatchBackend:
         self.engine, self.max_batch = engine, max_batch
 
     async def run(self, items: AsyncIterator[Item], params: SamplingParams) -> AsyncIterator[GenerationOutcome]:
-        pending: asyncio.Queue = asyncio.Queue()
+        # bounded: the loading pool's prefetch limit holds only if this queue does not drain it
+        pending: asyncio.Queue = asyncio.Queue(maxsize=self.max_batch)
         done = asyncio.Event()
 
         async def pump():

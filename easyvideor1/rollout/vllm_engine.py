@@ -379,11 +379,13 @@ class AsyncVLLMEngine:
         self._counter = 0
 
     async def generate_one(self, prompt: Prompt, params: SamplingParams) -> Rollout:
-        """One response to `prompt` (the log-prob convention of `rollout.base`)."""
+        """One response to `prompt` (the log-prob convention of `rollout.base`), seeded
+        `params.seed + prompt.seed_offset` when both are set."""
         from vllm.sampling_params import RequestOutputKind
 
         self._counter += 1
-        sp = vllm_sampling_params(self._vllm, params, 1, params.seed, self._bad_words,
+        seed = None if params.seed is None else params.seed + (prompt.seed_offset or 0)
+        sp = vllm_sampling_params(self._vllm, params, 1, seed, self._bad_words,
                                   output_kind=RequestOutputKind.FINAL_ONLY, **self.penalties)
         final = None
         async for out in self.engine.generate(request_for(prompt), sp, request_id=f"eval-{self._counter}"):

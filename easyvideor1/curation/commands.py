@@ -1,0 +1,133 @@
+"""`easyvideor1 pass-rate ...` and `easyvideor1 trajectories ...` (data curation before training)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def _sampling(args: argparse.Namespace):
+    from easyvideor1.evaluation.presets import get_preset
+    from easyvideor1.rollout.base import SamplingParams
+
+    max_tokens = args.max_tokens or get_preset(args.preset).sampling.max_new_tokens
+    return SamplingParams(temperature=args.temperature, top_p=args.top_p, max_tokens=max_tokens, seed=args.seed)
+
+
+def _options(args: argparse.Namespace):
+    from easyvideor1.curation.runner import RunOptions
+    from easyvideor1.curation.sources import SourceOptions
+
+    source = SourceOptions(preset=args.preset, vision=tuple(args.vision), template_dir=args.template_dir,
+                           cache_dir=args.cache_dir, cache_mode=args.cache_mode, dtype=args.dtype,
+                           max_batch=args.max_batch, max_concurrency=args.max_concurrency)
+    run = RunOptions(load_workers=args.load_workers, prefetch=args.prefetch, score_workers=args.score_workers,
+                     score_timeout_s=args.score_timeout)
+    return source, run
+
+
+def _pass_rate(args: argparse.Namespace) -> int:
+    import logging
+
+    from easyvideor1.curation.pass_rate import pass_rate, pass_rate_table  # imports torch
+    from easyvideor1.curation.sources import local_source
+
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    source_options, run_options = _options(args)
+    params = _sampling(args)  # checked before the model loads
+    source = local_source(args.model, args.engine, source_options)
+    summary = pass_rate(args.data, args.out, source, params, args.k, args.data_root, args.min, args.max, run_options)
+    print(pass_rate_table(summary))
+    print(f"wrote {args.out}/pass_rates.jsonl, filtered.jsonl, summary.md, summary.json and "
+          f"{len(summary['histograms'])} histogram(s)")
+    return 0
+
+
+def _trajectories(args: argparse.Namespace) -> int:
+    import logging
+
+    from easyvideor1.curation.endpoint import EndpointConfig
+    from easyvideor1.curation.sources import endpoint_source, local_source
+    from easyvideor1.curation.trajectories import rejected_path, trajectories, trajectories_table  # imports torch
+
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    if bool(args.teacher) == bool(args.endpoint):
+        raise SystemExit("easyvideor1 trajectories: give either --teacher DIR or --endpoint URL")
+    if args.endpoint and not args.endpoint_model:
+        raise SystemExit("easyvideor1 trajectories: --endpoint needs --endpoint-model NAME")
+    source_options, run_options = _options(args)
+    params = _sampling(args)
+    if args.endpoint:
+        cfg = EndpointConfig(url=args.endpoint, model=args.endpoint_model, timeout_s=args.timeout,
+                             retries=args.retries, backoff_s=args.backoff, concurrency=args.max_concurrency)
+        source = endpoint_source(cfg, source_options)
+    else:
+        source = local_source(args.teacher, args.engine, source_options)
+    counts = trajectories(args.data, args.out, source, params, args.k, args.data_root, args.min_accuracy,
+                          args.pick, run_options)
+    print(trajectories_table(counts, args.out))
+    retried = getattr(source.backend, "retried", None)
+    if retried:
+        print(f"endpoint: {source.backend.attempts} requests, {retried} of them retries")
+    print(f"wrote {args.out} and {rejected_path(args.out)}")
+    return 0
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data", required=True, help="sample file (JSON, JSONL or Parquet)")
+    p.add_argument("--data-root", default=None, help="folder media paths are relative to (default: the file's)")
+    p.add_argument("--engine", choices=("vllm", "hf"), default="vllm", help="local generation engine")
+    p.add_argument("--preset", default="qwen2_5_vl",
+                   help="frame budget (and default --max-tokens) from an evaluation preset (presets.py)")
+    p.add_argument("--vision", action="append", default=[], metavar="FIELD=VALUE",
+                   help="override a frame-budget field of the preset, e.g. max_frames=32 (repeatable)")
+    p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature")
+    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling")
+    p.add_argument("--max-tokens", type=int, default=0, help="response limit (0: the preset's)")
+    p.add_argument("--seed", type=int, default=0, help="base sampling seed (each response has its own)")
+    p.add_argument("--template-dir", default=None, help="prompt template overrides (as data.template_dir)")
+    p.add_argument("--cache-dir", default=None, help="frame cache built by `easyvideor1 cache`")
+    p.add_argument("--cache-mode", choices=("prefer_cache", "cache_only", "realtime"), default="prefer_cache")
+    p.add_argument("--load-workers", type=int, default=4, help="loading threads")
+    p.add_argument("--prefetch", type=int, default=16, help="samples loading ahead of the engine, at most")
+    p.add_argument("--max-batch", type=int, default=32, help="HF engine: responses decoded together")
+    p.add_argument("--max-concurrency", type=int, default=64, help="vLLM / endpoint requests in flight")
+    p.add_argument("--dtype", default="bfloat16", help="local model dtype")
+    p.add_argument("--score-workers", type=int, default=2, help="reward processes (0: in this process)")
+    p.add_argument("--score-timeout", type=float, default=60.0, help="seconds per response (workers only)")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the `pass-rate` and `trajectories` subcommands."""
+    p = subparsers.add_parser(
+        "pass-rate", help="k responses per sample; keep those neither always nor never solved",
+        description="Sample k responses per record from the starting model, score them with the rewards, "
+                    "write <out>/pass_rates.jsonl (one row per record, resumable by id), "
+                    "<out>/filtered.jsonl (the records with --min < pass rate < --max, unchanged), "
+                    "a summary table per problem_type and a histogram PNG per problem_type.")
+    p.add_argument("--model", required=True, help="local HF-format model folder")
+    p.add_argument("--k", type=int, default=8, help="responses per sample")
+    p.add_argument("--out", required=True, help="output folder")
+    p.add_argument("--min", type=float, default=0.0, help="keep pass rates strictly above this")
+    p.add_argument("--max", type=float, default=1.0, help="keep pass rates strictly below this")
+    _common(p)
+    p.set_defaults(func=_pass_rate)
+
+    p = subparsers.add_parser(
+        "trajectories", help="offline trajectories for hybrid training from a teacher model or endpoint",
+        description="Generate k responses per record from a teacher (local engine, or any OpenAI-compatible "
+                    "endpoint: frames sent as images with their timestamps), score them, and write the records "
+                    "with offline_output set to a response with accuracy >= --min-accuracy to --out; the others "
+                    "go to <out>.rejected.jsonl with the reason. Resumable by problem_id.")
+    p.add_argument("--out", required=True, help="output JSONL file")
+    p.add_argument("--teacher", default=None, help="local HF-format teacher model folder")
+    p.add_argument("--endpoint", default=None, help="OpenAI-compatible base URL, e.g. http://host:8000/v1 "
+                                                    "(key from $OPENAI_API_KEY)")
+    p.add_argument("--endpoint-model", default=None, help="model name the endpoint serves")
+    p.add_argument("--k", type=int, default=4, help="responses per sample")
+    p.add_argument("--min-accuracy", type=float, default=1.0, help="accuracy a kept response needs")
+    p.add_argument("--pick", choices=("shortest", "first"), default="shortest", help="which good response to keep")
+    p.add_argument("--retries", type=int, default=3, help="endpoint retries (timeouts, 429, 5xx)")
+    p.add_argument("--backoff", type=float, default=1.0, help="first retry delay, doubled each retry (s)")
+    p.add_argument("--timeout", type=float, default=300.0, help="endpoint request timeout (s)")
+    _common(p)
+    p.set_defaults(func=_trajectories)
