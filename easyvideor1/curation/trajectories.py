@@ -9,8 +9,9 @@ k responses (local engine or OpenAI-compatible endpoint), checked by the project
 
 Both files are appended as samples finish and keyed by `problem_id`: a re-run skips the ids in
 either. The written `problem_id` is the id the loader gives the record (its index when it has
-none, `id#n` for the n-th repeat), so the output's ids are unique. Responses cut at the token
-limit are never picked (their answer may be incomplete even when it scores).
+none, `id#n` for the n-th repeat), so the output's ids are unique. A response is judged by its
+score alone (one cut at the token limit is kept when it scores; hybrid training appends the
+end-of-turn token to it).
 """
 
 from __future__ import annotations
@@ -47,8 +48,8 @@ def settings_path(out: str | Path) -> Path:
 
 def choose(out: Outcome, min_accuracy: float, pick: str) -> str | None:
     """The response to keep, or None when none is good enough."""
-    good = [text for text, finish, reward in zip(out.texts, out.finish_reasons, out.rewards)
-            if reward.accuracy >= min_accuracy and finish != "length" and reward.error is None and text.strip()]
+    good = [text for text, reward in zip(out.texts, out.rewards)
+            if reward.accuracy >= min_accuracy and reward.error is None and text.strip()]
     return PICKS[pick](good) if good else None
 
 
