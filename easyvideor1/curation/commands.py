@@ -25,6 +25,17 @@ def _options(args: argparse.Namespace):
     return source, run
 
 
+def _media_note(data: str, data_root: str | None, out_dir) -> str | None:
+    """Records are written unchanged: relative media paths still resolve against the input's root."""
+    from pathlib import Path
+
+    root = Path(data_root) if data_root else Path(data).parent
+    if Path(out_dir).resolve() == root.resolve():
+        return None
+    return (f"note: media paths are written as in {data}; train on these records with "
+            f"data.data_root={root}")
+
+
 def _pass_rate(args: argparse.Namespace) -> int:
     import logging
 
@@ -39,11 +50,15 @@ def _pass_rate(args: argparse.Namespace) -> int:
     print(pass_rate_table(summary))
     print(f"wrote {args.out}/pass_rates.jsonl, filtered.jsonl, summary.md, summary.json and "
           f"{len(summary['histograms'])} histogram(s)")
+    note = _media_note(args.data, args.data_root, args.out)
+    if note:
+        print(note)
     return 0
 
 
 def _trajectories(args: argparse.Namespace) -> int:
     import logging
+    from pathlib import Path
 
     from easyvideor1.curation.endpoint import EndpointConfig
     from easyvideor1.curation.sources import endpoint_source, local_source
@@ -69,6 +84,9 @@ def _trajectories(args: argparse.Namespace) -> int:
     if retried:
         print(f"endpoint: {source.backend.attempts} requests, {retried} of them retries")
     print(f"wrote {args.out} and {rejected_path(args.out)}")
+    note = _media_note(args.data, args.data_root, Path(args.out).parent)
+    if note:
+        print(note)
     return 0
 
 
