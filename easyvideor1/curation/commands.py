@@ -6,11 +6,21 @@ import argparse
 
 
 def _sampling(args: argparse.Namespace):
+    """Sampling parameters, and the numeric options checked before any model loads."""
     from easyvideor1.evaluation.presets import get_preset
     from easyvideor1.rollout.base import SamplingParams
 
-    max_tokens = args.max_tokens or get_preset(args.preset).sampling.max_new_tokens
-    return SamplingParams(temperature=args.temperature, top_p=args.top_p, max_tokens=max_tokens, seed=args.seed)
+    try:
+        if args.k < 1:
+            raise ValueError(f"--k must be >= 1, got {args.k}")
+        if args.command == "pass-rate" and not 0.0 <= args.min < args.max <= 1.0:
+            raise ValueError(f"need 0 <= --min ({args.min}) < --max ({args.max}) <= 1")
+        if args.command == "trajectories" and not 0.0 <= args.min_accuracy <= 1.0:
+            raise ValueError(f"--min-accuracy must lie in [0, 1], got {args.min_accuracy}")
+        max_tokens = args.max_tokens or get_preset(args.preset).sampling.max_new_tokens
+        return SamplingParams(temperature=args.temperature, top_p=args.top_p, max_tokens=max_tokens, seed=args.seed)
+    except ValueError as e:
+        raise SystemExit(f"easyvideor1 {args.command}: {e}") from None
 
 
 def _options(args: argparse.Namespace):
