@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 import time
 import zlib
 from collections.abc import AsyncIterator, Iterator
@@ -81,7 +82,7 @@ async def generate_groups(items: Iterator[Item], prepare: Prepare, backend: Back
         raise ValueError(f"k must be >= 1, got {k}")
     open_groups: dict[int, tuple[Item, list]] = {}  # slot -> (item, outcomes so far)
     load_failures: list[Group] = []
-    slots = iter(range(1 << 62))
+    slots = itertools.count()
 
     async def copies() -> AsyncIterator[Item]:
         async for item in prepared(items, prepare, load_workers, prefetch):
