@@ -113,6 +113,10 @@ class TrainingConfig:
     """Prompts per optimizer update within a step (PPO mini-batch)."""
     micro_batch_size: int = 4
     """Sequences per forward/backward (gradient accumulation unit)."""
+    shared_prefix: bool = True
+    """Run a group's prompt (and vision tower) once for its responses in the log-prob passes and the
+    update (exact; falls back to one sequence per response where the model cannot share, e.g.
+    linear attention). A micro_batch_size that is a multiple of rollout.n shares each prompt fully."""
     logprob_chunk_size: int = 1024
     """Response tokens whose [tokens, vocab] logits are made at once (memory of the log-prob passes)."""
     ppo_epochs: int = 1
