@@ -114,9 +114,7 @@ class TrainingConfig:
     micro_batch_size: int = 4
     """Sequences per forward/backward (gradient accumulation unit)."""
     shared_prefix: bool = True
-    """Run a group's prompt (and vision tower) once for its responses in the log-prob passes and the
-    update (exact; falls back to one sequence per response where the model cannot share, e.g.
-    linear attention). A micro_batch_size that is a multiple of rollout.n shares each prompt fully."""
+    """One prompt forward (vision tower included) per group in micro-batches; exact, else plain path."""
     logprob_chunk_size: int = 1024
     """Response tokens whose [tokens, vocab] logits are made at once (memory of the log-prob passes)."""
     ppo_epochs: int = 1

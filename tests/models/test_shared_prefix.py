@@ -14,11 +14,13 @@ import pytest
 import torch
 from model_media import make_image, make_sample, make_video
 
+from easyvideor1.algorithms import AlgorithmConfig
 from easyvideor1.models.inputs import build_inputs
 from easyvideor1.models.shared_prefix import group_attention, shared_prefix_blocker
 from easyvideor1.prompts import Prompt
 from easyvideor1.records import Rollout
 from easyvideor1.training.sequences import ForwardContext, forward_logprobs, make_batch, micro_batches
+from easyvideor1.training.update import policy_update
 
 # Same tokens, same weights, only the summation order of attention and matmuls differs.
 LOGPROB_TOL = 1e-5
@@ -109,3 +111,32 @@ def test_blocker_names_the_attention_backend(tiny):
         assert "eager" in shared_prefix_blocker(config)
     finally:
         config._attn_implementation = saved
+
+
+@pytest.mark.parametrize("agg", ["token_mean", "seq_mean_token_mean"])
+@pytest.mark.parametrize("loss", ["ppo_clip", "gspo", "cispo", "luffy"])
+def test_policy_update_gradients_equal_the_plain_path(tiny, loss, agg):
+    """One `policy_update` (lr 0, so the model stays put) per path; the gradients it leaves equal.
+    Old log-probs are perturbed so ratios leave 1 and the clips engage; one response is offline."""
+    if shared_prefix_blocker(tiny.model.config) is not None:
+        pytest.skip(f"{tiny.family.name} does not share")
+    batch = _batch(tiny)
+    logp, _, _ = _pass(tiny, batch, False, 3)
+    g = torch.Generator().manual_seed(0)
+    mask = batch.response_mask
+    batch.old_log_probs = (logp + 0.3 * torch.randn(logp.shape, generator=g)) * mask
+    batch.advantages = torch.randn(batch.size, 1, generator=g).expand_as(logp) * mask
+    batch.offline[2] = True
+    algo = AlgorithmConfig(policy_loss=loss, loss_agg_mode=agg, disable_kl=True)
+    grads = {}
+    for shared in (False, True):
+        optimizer = torch.optim.SGD(tiny.model.parameters(), lr=0.0)
+        metrics = policy_update(tiny.model, optimizer, batch, algo, _ctx(tiny, shared, 4), ppo_epochs=1, n_mini=1,
+                                grad_clip=1e9, max_len=32, kl_coef=0.0)
+        assert metrics["update/skipped_nonfinite"] == 0
+        grads[shared] = {n: p.grad.clone() for n, p in tiny.model.named_parameters() if p.grad is not None}
+    assert set(grads[False]) == set(grads[True])
+    assert max(float(v.abs().max()) for v in grads[False].values()) > 1e-4
+    for name, plain in grads[False].items():
+        torch.testing.assert_close(grads[True][name], plain, rtol=1e-4, atol=1e-7, msg=lambda m: f"{name}: {m}")
+    tiny.model.zero_grad(set_to_none=True)
