@@ -106,8 +106,14 @@ def shared_prefix_state(cfg: Config, model, reference, rank: int) -> bool:
         reasons = {shared_prefix_blocker(m.config) for m in (model, reference) if m is not None} - {None}
         state = not reasons
         why = "on" if state else "off, plain path instead: " + "; ".join(sorted(reasons))
+        n, micro = cfg.rollout.n, cfg.training.micro_batch_size
+        if state and micro % n and n % micro == 0:
+            why += f" (micro_batch_size {micro} < rollout.n {n}: each prompt runs {n // micro} times per pass)"
+        elif state and micro % n:
+            why += (f" (micro_batch_size {micro} is no multiple of rollout.n {n}: groups cut by a micro-batch "
+                    "run their prompt once per part)")
     if rank == 0:
-        log.info("shared prefix (a group's prompt runs once): %s", why)
+        log.info("shared prefix (a group's prompt runs once per micro-batch): %s", why)
     return state
 
 

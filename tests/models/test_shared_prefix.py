@@ -140,3 +140,16 @@ def test_policy_update_gradients_equal_the_plain_path(tiny, loss, agg):
     for name, plain in grads[False].items():
         torch.testing.assert_close(grads[True][name], plain, rtol=1e-4, atol=1e-7, msg=lambda m: f"{name}: {m}")
     tiny.model.zero_grad(set_to_none=True)
+
+
+def test_full_kl_to_a_reference_is_scored_at_the_same_positions(tiny):
+    """The reference runs on the same shared rows and scores from the same positions: against
+    itself the exact KL is 0 at every response token (a first token scored from the previous
+    response's last position instead of the prompt's would show here)."""
+    if shared_prefix_blocker(tiny.model.config) is not None:
+        pytest.skip(f"{tiny.family.name} does not share")
+    batch = _batch(tiny)
+    with torch.no_grad():
+        _, _, kl = forward_logprobs(tiny.model, batch, list(range(batch.size)), _ctx(tiny, True, batch.size),
+                                    reference=tiny.model)
+    assert kl[batch.response_mask].abs().max() <= 1e-6

@@ -55,7 +55,7 @@ def test_five_steps_shared_equal_plain(data, caplog):
     root, model, path = data
     with caplog.at_level(logging.INFO, logger="easyvideor1.training.setup"):
         shared, rows_on, _ = _train(root, model, path, True)
-    assert "shared prefix (a group's prompt runs once): on" in caplog.text
+    assert "shared prefix (a group's prompt runs once per micro-batch): on" in caplog.text
     plain, rows_off, moved = _train(root, model, path, False)
     assert len(rows_on) == len(rows_off) == 5
     # the same responses were sampled every step (the policies stayed equal)
