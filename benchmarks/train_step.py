@@ -98,16 +98,16 @@ def main() -> None:
     print(f"\nmean step time over {args.steps} steps ({args.clips} clips of {args.seconds:.0f} s 640x360, "
           f"2 fps, <= 64 frames, n=4):")
     stages = sorted({k for r in results.values() for k in r if k != "time/step"})
-    print(f"{'mode':<10} {'step s':>8} " + " ".join(f"{s.split('/')[1]:>12}" for s in stages))
+    print(f"{'mode':<12} {'step s':>8} " + " ".join(f"{s.split('/')[1]:>12}" for s in stages))
     for mode, r in results.items():
-        print(f"{mode:<10} {r['time/step']:8.3f} " + " ".join(f"{r.get(s, 0):12.3f}" for s in stages))
+        print(f"{mode:<12} {r['time/step']:8.3f} " + " ".join(f"{r.get(s, 0):12.3f}" for s in stages))
     a, b, c = (results[m]["time/step"] for m in ("preloaded", "cache", "decode"))
     print(f"\n(b) cache / (a) preloaded = {b / a:.3f}   (target <= 1.05)")
     print(f"(c) decode / (b) cache    = {c / b:.2f}   (target >= 1.47; paper: 1.47)")
     plain = results["cache_plain"]
     print(f"shared prefix off / on (b): step {plain['time/step'] / b:.2f}x, "
           + ", ".join(f"{k.split('/')[1]} {plain[k] / results['cache'][k]:.2f}x"
-                      for k in ("time/old_logprob", "time/ref_logprob", "time/update") if results["cache"].get(k)))
+                      for k in ("time/old_logprob", "time/ref_logprob", "time/update") if results["cache"].get(k, 0.0) > 1e-3))
 
 
 if __name__ == "__main__":
