@@ -52,11 +52,11 @@ class SharedGroup:
 
 def shared_prefix_blocker(config) -> str | None:
     """Why a model with HF `config` cannot share a group's prompt exactly, or None when it can."""
-    attn = getattr(config, "_attn_implementation", None) or "eager"
+    text = config.get_text_config()  # the language model's attention is what the mask goes to
+    attn = getattr(text, "_attn_implementation", None) or getattr(config, "_attn_implementation", None) or "eager"
     if attn not in SHARED_ATTENTION:
         return (f"attention implementation {attn!r} does not take a custom 4-D mask as is "
                 f"(shared prefix needs one of {', '.join(SHARED_ATTENTION)})")
-    text = config.get_text_config()
     kinds = set(getattr(text, "layer_types", None) or ())
     if "linear_attention" in kinds:
         return ("the model has linear-attention (recurrent) layers: in one row a response would see the "

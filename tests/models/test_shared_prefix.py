@@ -104,13 +104,13 @@ def test_gradients_equal_the_plain_path(tiny):
 
 
 def test_blocker_names_the_attention_backend(tiny):
-    config = tiny.model.config
-    saved = config._attn_implementation
+    text = tiny.model.config.get_text_config()
+    saved = text._attn_implementation
     try:
-        config._attn_implementation = "eager"
-        assert "eager" in shared_prefix_blocker(config)
+        text._attn_implementation = "eager"
+        assert "'eager'" in shared_prefix_blocker(tiny.model.config)
     finally:
-        config._attn_implementation = saved
+        text._attn_implementation = saved
 
 
 @pytest.mark.parametrize("agg", ["token_mean", "seq_mean_token_mean"])
