@@ -3,7 +3,9 @@
 The backbone runs once; logits are then made only for the response positions, a chunk of
 tokens at a time, in float32. With gradients on, each chunk is checkpointed, so at most one
 chunk's [chunk, vocab] logits are alive in forward and in backward. Works on padded and
-padding-free (packed) batches alike, since the response positions come from `loss_mask`.
+padding-free (packed) batches alike, since the response positions come from `loss_mask`; in
+group-shared rows (`models.shared_prefix`) `Batch.predict_from` says which position predicts
+each token.
 
 Under FSDP2, shard `model.model` and `model.lm_head` as their own units: we call them
 directly rather than the root module's forward (which would make full [B, L, V] logits).

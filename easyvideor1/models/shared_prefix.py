@@ -84,8 +84,8 @@ def _row(group: SharedGroup, spec: MRopeSpec) -> dict[str, torch.Tensor]:
         mrope.append(extend_positions(positions, r)[:, n:])  # the unshared sequence's ids
         text.append(torch.arange(n, n + r))
         seg.append(torch.full((r,), k, dtype=torch.long))
-        # token j of a response is predicted from its token j - 1, its first from the prompt's last
-        src.append(torch.cat([torch.tensor([n - 1]), torch.arange(start, start + max(r - 1, 0))])[:r])
+        src.append(torch.arange(start - 1, start + r - 1))  # token j predicted from token j - 1,
+        src[-1][:1] = n - 1  # the first from the prompt's last
         start += r
     total = start
     loss = torch.zeros(total, dtype=torch.bool)
