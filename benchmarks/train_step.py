@@ -3,7 +3,8 @@
 
 Prints the mean step time of each mode and the ratios (b)/(a) (target <= 1.05) and (c)/(b)
 (target >= 1.47), and the per-stage times (prepare = frames + processor, rollout, old/ref
-log-prob, update).
+log-prob, update). A fourth run, (b) with `training.shared_prefix=false` (one sequence per
+response), gives the whole-step ratio of the group-shared prompt.
 
 Usage: OMP_WAIT_POLICY=PASSIVE python benchmarks/train_step.py [--clips 4] [--seconds 60] [--steps 4]
 """
@@ -75,9 +76,11 @@ def main() -> None:
     print(f"cache built in {time.perf_counter() - t0:.1f} s (offline, not part of a step)")
 
     runs = {}
-    for mode in ("preloaded", "cache", "decode"):
-        run = build_run(cfg)  # a fresh model from disk each: every mode computes the same steps
-        if mode == "cache":
+    for mode in ("preloaded", "cache", "decode", "cache_plain"):
+        # a fresh model from disk each: every mode computes the same steps
+        run = build_run(load_config(None, overrides + ["training.shared_prefix=false"]) if mode == "cache_plain"
+                        else cfg)
+        if mode in ("cache", "cache_plain"):
             run.prompts.frames = FrameSource(cfg.vision, work / "cache", "cache_only")
         elif mode == "decode":
             run.prompts.frames = FrameSource(cfg.vision, None, "realtime")
@@ -95,12 +98,16 @@ def main() -> None:
     print(f"\nmean step time over {args.steps} steps ({args.clips} clips of {args.seconds:.0f} s 640x360, "
           f"2 fps, <= 64 frames, n=4):")
     stages = sorted({k for r in results.values() for k in r if k != "time/step"})
-    print(f"{'mode':<10} {'step s':>8} " + " ".join(f"{s.split('/')[1]:>12}" for s in stages))
+    print(f"{'mode':<12} {'step s':>8} " + " ".join(f"{s.split('/')[1]:>12}" for s in stages))
     for mode, r in results.items():
-        print(f"{mode:<10} {r['time/step']:8.3f} " + " ".join(f"{r.get(s, 0):12.3f}" for s in stages))
+        print(f"{mode:<12} {r['time/step']:8.3f} " + " ".join(f"{r.get(s, 0):12.3f}" for s in stages))
     a, b, c = (results[m]["time/step"] for m in ("preloaded", "cache", "decode"))
     print(f"\n(b) cache / (a) preloaded = {b / a:.3f}   (target <= 1.05)")
     print(f"(c) decode / (b) cache    = {c / b:.2f}   (target >= 1.47; paper: 1.47)")
+    plain = results["cache_plain"]
+    print(f"shared prefix off / on (b): step {plain['time/step'] / b:.2f}x, "
+          + ", ".join(f"{k.split('/')[1]} {plain[k] / results['cache'][k]:.2f}x"
+                      for k in ("time/old_logprob", "time/ref_logprob", "time/update") if results["cache"].get(k, 0.0) > 1e-3))
 
 
 if __name__ == "__main__":

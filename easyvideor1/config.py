@@ -113,6 +113,8 @@ class TrainingConfig:
     """Prompts per optimizer update within a step (PPO mini-batch)."""
     micro_batch_size: int = 4
     """Sequences per forward/backward (gradient accumulation unit)."""
+    shared_prefix: bool = True
+    """One prompt forward (vision tower included) per group in micro-batches; exact, else plain path."""
     logprob_chunk_size: int = 1024
     """Response tokens whose [tokens, vocab] logits are made at once (memory of the log-prob passes)."""
     ppo_epochs: int = 1

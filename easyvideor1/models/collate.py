@@ -46,7 +46,8 @@ class Batch:
     input_ids: torch.Tensor
     """[B, L] long (B = 1 when padding-free)."""
     attention_mask: torch.Tensor | None
-    """[B, L] long, 0 on padding and the dummy token; None when padding-free."""
+    """[B, L] long, 0 on padding and the dummy token; None when padding-free; or [B, 1, L, L]
+    bool (True: attend) for group-shared rows (`models.shared_prefix`)."""
     position_ids: torch.Tensor
     """[4, B, L] long: row 0 text ids (restart at 0 per packed sequence), rows 1-3 M-RoPE t/h/w."""
     mm_token_type_ids: torch.Tensor
@@ -67,6 +68,9 @@ class Batch:
     """[N_vid] (Qwen2.5-VL)."""
     has_dummy_vision: bool = False
     """Masked dummy vision input was added (the batch lacked images and/or videos)."""
+    predict_from: torch.Tensor | None = None
+    """[B, L] long: column whose hidden state predicts token t (None: t - 1; group-shared rows
+    score a response's first token from the prompt's last)."""
 
     def model_kwargs(self) -> dict:
         """Keyword arguments for the HF model's forward / generate (None entries dropped)."""

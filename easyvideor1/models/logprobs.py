@@ -3,7 +3,9 @@
 The backbone runs once; logits are then made only for the response positions, a chunk of
 tokens at a time, in float32. With gradients on, each chunk is checkpointed, so at most one
 chunk's [chunk, vocab] logits are alive in forward and in backward. Works on padded and
-padding-free (packed) batches alike, since the response positions come from `loss_mask`.
+padding-free (packed) batches alike, since the response positions come from `loss_mask`; in
+group-shared rows (`models.shared_prefix`) `Batch.predict_from` says which position predicts
+each token.
 
 Under FSDP2, shard `model.model` and `model.lm_head` as their own units: we call them
 directly rather than the root module's forward (which would make full [B, L, V] logits).
@@ -149,7 +151,8 @@ def sequence_logprobs(
         raise ValueError("a response token at position 0 has no context to be scored from")
     b_idx, t_idx = mask.nonzero(as_tuple=True)
     targets = batch.input_ids.to(hidden.device)[b_idx, t_idx]
-    rows = hidden[b_idx, t_idx - 1]  # [n, H]: the position that predicts each response token
+    src = t_idx - 1 if batch.predict_from is None else batch.predict_from.to(hidden.device)[b_idx, t_idx]
+    rows = hidden[b_idx, src]  # [n, H]: the position that predicts each response token
     # Under FSDP each head call is a collective: every rank makes as many as the busiest one, and at
     # least one, so a micro-batch without response tokens (padding groups) still has a graph through
     # the backbone and the head, with zero gradients, and runs the backward's collectives too.
@@ -158,7 +161,7 @@ def sequence_logprobs(
     if reference is not None:
         with torch.no_grad():
             ref_hidden = reference.model(**batch.model_kwargs(), use_cache=False).last_hidden_state
-            ref_rows, ref_head = ref_hidden[b_idx, t_idx - 1], reference.lm_head  # [n, H]
+            ref_rows, ref_head = ref_hidden[b_idx, src], reference.lm_head  # [n, H]
             del ref_hidden
     logp, ent, kl, anchor = _chunked(rows, model.lm_head, targets, chunk_size, temperature, with_entropy,
                                      ref_rows, ref_head, num_chunks=num_chunks, filler=hidden[0, -1:])

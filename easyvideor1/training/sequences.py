@@ -4,6 +4,12 @@ Every per-token quantity of the step (old / reference / current log-probs, advan
 masks) is an [N, T] tensor: N responses, T the longest response. The forward passes run on
 prompt + response sequences built from the step's `Prompt`s (processor outputs reused, never
 recomputed) and their results are moved into response space by `to_response_space`.
+
+With `ForwardContext.shared_prefix`, the responses of one group within a micro-batch form one
+row, their prompt (and its vision features) computed once (`models.shared_prefix`). Micro-batches
+are split as in the plain path (so every rank makes the same calls either way); a group cut by a
+micro-batch boundary runs its prompt once per part, which is exact, only less shared: a
+`micro_batch_size` that is a multiple of the group size runs each prompt once.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from easyvideor1.models.families import Family
 from easyvideor1.models.inputs import ModelInputs, append_response
 from easyvideor1.models.logprobs import sequence_logprobs
 from easyvideor1.models.mrope import MRopeSpec
+from easyvideor1.models.shared_prefix import SharedGroup, collate_shared
 from easyvideor1.prompts import Prompt
 from easyvideor1.records import RewardResult, Rollout
 
@@ -83,11 +90,34 @@ class ForwardContext:
     chunk_size: int = 1024
     device: str | torch.device = "cpu"
     pixel_dtype: torch.dtype | None = None
+    shared_prefix: bool = False  # one row per group: prompt once (`training.shared_prefix`, where exact)
 
 
 def sequence_inputs(batch: RolloutBatch, indices: list[int], ctx: ForwardContext) -> list[ModelInputs]:
     return [append_response(batch.prompts[int(batch.group_ids[i])].inputs, batch.rollouts[i].token_ids, ctx.spec)
             for i in indices]
+
+
+def shared_groups(batch: RolloutBatch, indices: list[int]) -> list[SharedGroup]:
+    """Runs of consecutive `indices` of one group, each a prompt with its responses, in order."""
+    out: list[SharedGroup] = []
+    last = None
+    for i in indices:
+        g = int(batch.group_ids[i])
+        if g != last:
+            out.append(SharedGroup(batch.prompts[g].inputs, []))
+            last = g
+        out[-1].responses.append(torch.as_tensor(batch.rollouts[i].token_ids, dtype=torch.long))
+    return out
+
+
+def collate_responses(batch: RolloutBatch, indices: list[int], ctx: ForwardContext):
+    """The model batch of responses `indices`: group-shared rows or one sequence per response."""
+    if ctx.shared_prefix:
+        mb = collate_shared(shared_groups(batch, indices), ctx.family, ctx.spec, ctx.pad_token_id)
+    else:
+        mb = collate(sequence_inputs(batch, indices, ctx), ctx.family, ctx.spec, ctx.pad_token_id)
+    return mb.to(ctx.device, ctx.pixel_dtype)
 
 
 def micro_batches(indices: list[int], size: int) -> list[list[int]]:
@@ -100,8 +130,7 @@ def forward_logprobs(model, batch: RolloutBatch, indices: list[int], ctx: Forwar
     """Log-probs, entropies (with_entropy) and the exact per-token KL to `reference` (when
     given; `kl_estimator: full`), each [n, T], of responses `indices` under `model` (grad as
     enabled; the reference never has one)."""
-    items = sequence_inputs(batch, indices, ctx)
-    mb = collate(items, ctx.family, ctx.spec, ctx.pad_token_id).to(ctx.device, ctx.pixel_dtype)
+    mb = collate_responses(batch, indices, ctx)
     out = sequence_logprobs(model, mb, chunk_size=ctx.chunk_size, temperature=ctx.temperature,
                             with_entropy=with_entropy, reference=reference)
     lengths = batch.response_mask[indices].sum(-1)

@@ -20,6 +20,7 @@ from easyvideor1.algorithms import make_kl_controller
 from easyvideor1.models.families import family_of
 from easyvideor1.models.loading import load_policy, load_processor, load_reference, resolve_dtype
 from easyvideor1.models.mrope import mrope_spec
+from easyvideor1.models.shared_prefix import shared_prefix_blocker
 from easyvideor1.records import Sample
 from easyvideor1.rewards.batch import ScoringPool, score_batch
 from easyvideor1.prompts import PromptBuilder
@@ -95,6 +96,27 @@ def make_engine(cfg: Config, model, processor, family, spec, samples: list[Sampl
     return HFEngine(model, processor, family, spec)
 
 
+def shared_prefix_state(cfg: Config, model, reference, rank: int) -> bool:
+    """`training.shared_prefix` where the policy and the reference can share a group's prompt
+    exactly (`models.shared_prefix`); the state, and why not when it falls back, is logged once.
+    The same on every rank: it depends only on the config and the model's config."""
+    if not cfg.training.shared_prefix:
+        state, why = False, "off (training.shared_prefix=false)"
+    else:
+        reasons = {shared_prefix_blocker(m.config) for m in (model, reference) if m is not None} - {None}
+        state = not reasons
+        why = "on" if state else "off, plain path instead: " + "; ".join(sorted(reasons))
+        n, micro = cfg.rollout.n, cfg.training.micro_batch_size
+        if state and micro % n and n % micro == 0:
+            why += f" (micro_batch_size {micro} < rollout.n {n}: each prompt runs {n // micro} times per pass)"
+        elif state and micro % n:
+            why += (f" (micro_batch_size {micro} is no multiple of rollout.n {n}: groups cut by a micro-batch "
+                    "run their prompt once per part)")
+    if rank == 0:
+        log.info("shared prefix (a group's prompt runs once per micro-batch): %s", why)
+    return state
+
+
 def build_run(cfg: Config) -> Run:
     """Everything the loop needs, built in dependency order."""
     compute_dtype = resolve_dtype(cfg.model.dtype)
@@ -133,6 +155,7 @@ def build_run(cfg: Config) -> Run:
     optimizer = torch.optim.AdamW(params, lr=cfg.training.lr, weight_decay=cfg.training.weight_decay)
     ctx = ForwardContext(family=family, spec=spec, pad_token_id=processor.tokenizer.pad_token_id,
                          micro_batch_size=cfg.training.micro_batch_size,
+                         shared_prefix=shared_prefix_state(cfg, model, reference, rank),
                          chunk_size=cfg.training.logprob_chunk_size,
                          # log-probs of the distribution the engine sampled from (greedy: the raw one)
                          temperature=cfg.rollout.temperature if cfg.rollout.temperature > 0 else 1.0, device=device,
@@ -140,7 +163,7 @@ def build_run(cfg: Config) -> Run:
     engine = make_engine(cfg, model, processor, family, spec, train_samples + val_samples)
     Path(cfg.logging.out_dir).mkdir(parents=True, exist_ok=True)
     sink = MetricsSink(cfg.logging.out_dir, cfg.logging.tensorboard, cfg.logging.wandb, cfg.logging.wandb_project,
-                       config=to_dict(cfg), enabled=rank == 0)
+                       config=to_dict(cfg) | {"shared_prefix_active": ctx.shared_prefix}, enabled=rank == 0)
     prompts = PromptBuilder(frames, processor, family, spec,
                             render=partial(render_prompt, template_dir=cfg.data.template_dir),
                             max_prompt_tokens=cfg.data.max_prompt_tokens)

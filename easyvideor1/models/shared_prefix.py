@@ -1,0 +1,154 @@
+"""Group-shared prompts: a group's prompt (and its vision features) run once for all its responses.
+
+GRPO scores n responses of one prompt; built as n prompt + response sequences, the vision
+tower and the prompt's forward run n times. Here a group is one row,
+
+    [prompt][response 1][response 2] ... [response k]
+
+with a 4-D attention mask in which the prompt is causal, each response sees the whole prompt
+and its own earlier tokens, never another response, and padding (and the masked dummy vision
+token) sees only itself. Each response keeps the M-RoPE ids of its unshared sequence (the
+prompt's ids, then max + 1, max + 2, ...; `mrope.extend_positions`), so every response token's
+attention scores, and so its log-prob, are those of the unshared sequence up to float summation
+order. The first token of a response is scored from the prompt's last position, not the
+previous response's (`Batch.predict_from`). In the update the prompt's activations receive the
+summed gradient of the group's responses through the same autograd graph.
+
+Why a mask, not a key/value cache expanded over the responses: the masked row is one ordinary
+forward, so gradient checkpointing, FSDP2 (the same collectives as the plain path), the
+vision tower and Qwen3-VL's deepstack need nothing new, and it is the same packed layout that
+padding-free batches use (a future varlen/flex kernel only changes how the mask is given). HF
+drops the cache under gradient checkpointing, and its multi-token continuation from a cache is
+not differentiable through Qwen3.5's linear-attention state.
+
+Where it cannot be exact the trainer falls back to one sequence per response
+(`shared_prefix_blocker`): recurrent (linear-attention) layers would carry one response's state
+into the next, sliding-window layers ignore a custom mask, and only SDPA takes a boolean
+4-D mask as is (eager adds the mask to the scores; flash-attention takes none).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from easyvideor1.models.collate import Batch, _cat, _dummy_pixels, _dummy_rows, _pad
+from easyvideor1.models.families import Family
+from easyvideor1.models.inputs import ModelInputs, check_placeholders
+from easyvideor1.models.mrope import MRopeSpec, extend_positions
+
+SHARED_ATTENTION = ("sdpa",)
+"""Attention implementations that take our boolean [B, 1, L, L] mask as is."""
+
+
+@dataclass
+class SharedGroup:
+    """One prompt and some of its responses: one row of a shared-prefix batch."""
+
+    prompt: ModelInputs
+    responses: list[torch.Tensor]  # each [R_k] long
+
+
+def shared_prefix_blocker(config) -> str | None:
+    """Why a model with HF `config` cannot share a group's prompt exactly, or None when it can."""
+    text = config.get_text_config()  # the language model's attention is what the mask goes to
+    attn = getattr(text, "_attn_implementation", None) or getattr(config, "_attn_implementation", None) or "eager"
+    if attn not in SHARED_ATTENTION:
+        return (f"attention implementation {attn!r} does not take a custom 4-D mask as is "
+                f"(shared prefix needs one of {', '.join(SHARED_ATTENTION)})")
+    kinds = set(getattr(text, "layer_types", None) or ())
+    if "linear_attention" in kinds:
+        return ("the model has linear-attention (recurrent) layers: in one row a response would see the "
+                "previous response's state")
+    if kinds - {"full_attention"} or getattr(text, "use_sliding_window", False):
+        return f"layer types {sorted(kinds)} / sliding window: only full-attention layers honour the mask"
+    return None
+
+
+def _row(group: SharedGroup, spec: MRopeSpec) -> dict[str, torch.Tensor]:
+    """Token-wise tensors of one group row (before padding); `segment` 0 prompt, k response k."""
+    p = group.prompt
+    n = p.prompt_len
+    if n < 1:
+        raise ValueError(f"sample {p.sample_id!r}: an empty prompt has no context to score a response from")
+    positions = p.position_ids[:, :n]
+    ids, mrope, text = [p.input_ids[:n]], [positions], [torch.arange(n)]
+    seg, src = [torch.zeros(n, dtype=torch.long)], [torch.arange(n) - 1]
+    start = n
+    for k, response in enumerate(group.responses, 1):
+        response = torch.as_tensor(response, dtype=p.input_ids.dtype).flatten()
+        check_placeholders(p.sample_id, response, None, None, spec, where="response")
+        r = len(response)
+        ids.append(response)
+        mrope.append(extend_positions(positions, r)[:, n:])  # the unshared sequence's ids
+        text.append(torch.arange(n, n + r))
+        seg.append(torch.full((r,), k, dtype=torch.long))
+        src.append(torch.arange(start - 1, start + r - 1))  # token j predicted from token j - 1,
+        src[-1][:1] = n - 1  # the first from the prompt's last
+        start += r
+    total = start
+    loss = torch.zeros(total, dtype=torch.bool)
+    loss[n:] = True
+    return dict(
+        input_ids=torch.cat(ids),
+        mrope=torch.cat(mrope, dim=1),
+        mm_token_type_ids=torch.cat([p.mm_token_type_ids[:n], torch.zeros(total - n, dtype=torch.int32)]),
+        loss_mask=loss,
+        text=torch.cat(text),
+        segment=torch.cat(seg),
+        predict_from=torch.cat(src),
+    )
+
+
+def group_attention(segment: torch.Tensor) -> torch.Tensor:
+    """[B, 1, L, L] bool (True: attend) from `segment` [B, L]: 0 prompt, k > 0 response k, -1
+    padding or dummy. Causal; a response sees the prompt and itself; padding sees only itself
+    (no row is fully masked, which would make SDPA return NaN)."""
+    length = segment.shape[1]
+    causal = torch.ones(length, length, dtype=torch.bool).tril()
+    q, k = segment[:, :, None], segment[:, None, :]  # [B, L, 1], [B, 1, L]
+    mask = causal & (q >= 0) & ((k == 0) | (k == q))
+    mask |= torch.eye(length, dtype=torch.bool)
+    return mask[:, None]
+
+
+def collate_shared(groups: list[SharedGroup], family: Family, spec: MRopeSpec, pad_token_id: int) -> Batch:
+    """One right-padded row per group (module docstring), with the masked dummy image / video of
+    `collate` when the batch lacks that modality. The batch's `loss_mask`, read row by row, lists
+    the response tokens in the order of `groups` and their responses."""
+    if not groups:
+        raise ValueError("collate_shared needs at least one group")
+    prompts = [g.prompt for g in groups]
+    need_image = all(p.pixel_values is None for p in prompts)
+    need_video = all(p.pixel_values_videos is None for p in prompts)
+    dummies = [_dummy_rows(spec, "image")] * need_image + [_dummy_rows(spec, "video")] * need_video
+    rows = [_row(g, spec) for g in groups]
+    for p, r in zip(prompts, rows):
+        check_placeholders(p.sample_id, r["input_ids"], p.image_grid_thw, p.video_grid_thw, spec, "sequence")
+    padded = _pad(rows, dummies, pad_token_id, "right")
+    b, width = padded["input_ids"].shape
+    segment = torch.full((b, width), -1, dtype=torch.long)
+    text = torch.zeros(b, width, dtype=torch.long)
+    predict_from = torch.zeros(b, width, dtype=torch.long)
+    for i, r in enumerate(rows):
+        n = len(r["input_ids"])
+        segment[i, :n], text[i, :n], predict_from[i, :n] = r["segment"], r["text"], r["predict_from"]
+    grid = torch.tensor([[1, spec.merge_size, spec.merge_size]])
+    has_seconds = any(p.second_per_grid_ts is not None for p in prompts)
+    return Batch(
+        sample_ids=[p.sample_id for p in prompts],
+        input_ids=padded["input_ids"],
+        attention_mask=group_attention(segment),
+        position_ids=torch.cat([text[None], padded["position_ids"][1:]]),
+        mm_token_type_ids=padded["mm_token_type_ids"],
+        loss_mask=padded["loss_mask"],
+        seq_spans=padded["spans"],
+        pixel_values=_cat([p.pixel_values for p in prompts] + [_dummy_pixels(family)] * need_image),
+        image_grid_thw=_cat([p.image_grid_thw for p in prompts] + [grid] * need_image),
+        pixel_values_videos=_cat([p.pixel_values_videos for p in prompts] + [_dummy_pixels(family)] * need_video),
+        video_grid_thw=_cat([p.video_grid_thw for p in prompts] + [grid] * need_video),
+        second_per_grid_ts=_cat([p.second_per_grid_ts for p in prompts] + [torch.ones(1)] * (need_video and has_seconds)),
+        has_dummy_vision=bool(dummies),
+        predict_from=predict_from,
+    )
