@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from easyvideor1.evaluation.compare import write_comparison
+from easyvideor1.evaluation.presets import EVAL_PRESETS, Overrides
 from easyvideor1.evaluation.report import markdown, summarize_run, write_report
 from easyvideor1.evaluation.results import SettingsMismatch
 
@@ -34,8 +35,11 @@ def _eval(args: argparse.Namespace) -> int:
                            load_workers=args.load_workers, prefetch=args.prefetch, max_batch=args.max_batch,
                            max_concurrency=args.max_concurrency, asynchronous=not args.no_async, dtype=args.dtype,
                            judge_endpoint=args.judge_endpoint, judge_model=args.judge_model)
+    overrides = Overrides(max_new_tokens=args.max_new_tokens, fps=args.fps, max_frames=args.max_frames,
+                          video_max_pixels=args.video_max_pixels, image_max_pixels=args.image_max_pixels)
     try:
-        evaluator = Evaluator(args.model, engine=args.engine, preset=args.preset, options=options)
+        evaluator = Evaluator(args.model, engine=args.engine, preset=args.preset, options=options,
+                              overrides=overrides)
         evaluator.run([b for b in args.benchmarks.split(",") if b])
     except SettingsMismatch as e:
         print(f"error: {e}")
@@ -56,7 +60,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--benchmarks", required=True, help="comma-separated names (videomme,mvbench,...) or sample files")
     p.add_argument("--data-root", default=None, help="folder holding the benchmark files and videos")
     p.add_argument("--engine", choices=("vllm", "hf"), default="vllm", help="generation engine")
-    p.add_argument("--preset", default="qwen2_5_vl_greedy", help="frame budget + sampling preset (presets.py)")
+    p.add_argument("--preset", default="qwen2_5_vl_greedy", choices=list(EVAL_PRESETS),
+                   help="frame budget + sampling preset (presets.py); `easyvideor1 cache --preset` takes the same names")
+    p.add_argument("--max-new-tokens", type=int, default=None, help="response length limit (default: the preset's)")
+    p.add_argument("--fps", type=float, default=None, help="video frames sampled per second (default: the preset's)")
+    p.add_argument("--max-frames", type=int, default=None, help="most frames per video (default: the preset's)")
+    p.add_argument("--video-max-pixels", type=int, default=None,
+                   help="upper bound on H*W of each video frame (default: the preset's)")
+    p.add_argument("--image-max-pixels", type=int, default=None,
+                   help="upper bound on H*W of an image (default: the preset's)")
     p.add_argument("--out", default="runs/eval", help="results folder")
     p.add_argument("--cache-dir", default=None, help="frame cache built by `easyvideor1 cache`")
     p.add_argument("--cache-mode", choices=("prefer_cache", "cache_only", "realtime"), default="prefer_cache",

@@ -27,6 +27,7 @@ from easyvideor1.evaluation.pipeline import (
     run_async,
     run_sync_batches,
 )
+from easyvideor1.evaluation.presets import Overrides
 from easyvideor1.evaluation.presets import settings as preset_settings
 from easyvideor1.evaluation.report import write_report
 from easyvideor1.evaluation.results import ResultStore
@@ -77,9 +78,11 @@ class Evaluator:
     """Holds the model, processor and engine once; evaluates any number of benchmarks."""
 
     def __init__(self, model_path: str, engine: str = "hf", preset: str = "qwen2_5_vl_greedy",
-                 options: EvalOptions | None = None, sampling=None, vision=None):
+                 options: EvalOptions | None = None, sampling=None, vision=None,
+                 overrides: Overrides | None = None):
         """`sampling` / `vision` replace the preset's decoding parameters / frame budget
-        (e.g. the demo evaluates with its training budget)."""
+        (e.g. the demo evaluates with its training budget); `overrides` then change single
+        values (the command line's `--max-new-tokens`, `--fps`, ...)."""
         self.options = options or EvalOptions()
         o = self.options
         self.processor = load_processor(model_path)
@@ -99,7 +102,7 @@ class Evaluator:
         self.settings = preset_settings(preset, model_path, engine, family=self.family.name,
                                         prompt_template=o.template_dir or "builtin",
                                         prompt_digest=template_digest(o.template_dir), judge=judge,
-                                        sampling=sampling)
+                                        sampling=sampling, overrides=overrides)
         if vision is not None:
             self.settings = dataclasses.replace(self.settings, vision=vision)
         # each benchmark renders its own prompt text (`prepare`)

@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
+from easyvideor1.config_tree import ConfigError
 from easyvideor1.evaluation.settings import DecodingSettings, EvalSettings
 from easyvideor1.vision.config import VisionConfig
 
@@ -83,13 +85,57 @@ def get_preset(name: str) -> Preset:
     return EVAL_PRESETS[name]
 
 
+@dataclass(frozen=True)
+class Overrides:
+    """Command-line changes to a preset (`eval --max-new-tokens/--fps/...`); None keeps the
+    preset's value. They land in `EvalSettings`, so the settings hash records them."""
+
+    max_new_tokens: int | None = None
+    """Response length limit, tokens."""
+    fps: float | None = None
+    """Frames sampled per second of video."""
+    max_frames: int | None = None
+    """Most frames sampled from a video."""
+    video_max_pixels: int | None = None
+    """Upper bound on H*W of each video frame (lowers the preset's minimum when below it)."""
+    image_max_pixels: int | None = None
+    """Upper bound on H*W of an image (lowers the preset's minimum when below it)."""
+
+    def flags(self) -> dict[str, Any]:
+        """The overrides given, as {command-line flag: value}."""
+        return {f"--{f.name.replace('_', '-')}": getattr(self, f.name) for f in dataclasses.fields(self)
+                if getattr(self, f.name) is not None}
+
+
 def settings(preset: str, model_path: str, engine: str = "vllm", *,
              prompt_template: str = "builtin", prompt_digest: str = "", judge: str = "",
-             family: str | None = None, sampling: DecodingSettings | None = None) -> EvalSettings:
+             family: str | None = None, sampling: DecodingSettings | None = None,
+             overrides: Overrides | None = None) -> EvalSettings:
     """`EvalSettings` from a preset. `family` re-targets the frame budget's grid (e.g. a Qwen3.5
-    model under the Qwen3-VL budget); `sampling` replaces the preset's decoding parameters."""
+    model under the Qwen3-VL budget); `sampling` replaces the preset's decoding parameters;
+    `overrides` then changes single values (an impossible combination is a ConfigError naming
+    the flags)."""
     p = get_preset(preset)
     vision = dataclasses.replace(p.vision, family=family) if family else dataclasses.replace(p.vision)
+    sampling = sampling or p.sampling
+    o = overrides or Overrides()
+    vision_changes = {k: getattr(o, k) for k in ("fps", "max_frames", "video_max_pixels", "image_max_pixels")
+                      if getattr(o, k) is not None}
+    # a maximum below the preset's minimum lowers the minimum with it (what a user asking for
+    # small frames means); likewise a frame cap below the preset's fewest frames
+    if o.video_max_pixels is not None:
+        vision_changes["video_min_pixels"] = min(vision.video_min_pixels, o.video_max_pixels)
+    if o.image_max_pixels is not None:
+        vision_changes["image_min_pixels"] = min(vision.image_min_pixels, o.image_max_pixels)
+    if o.max_frames is not None and o.max_frames >= 1:
+        vision_changes["min_frames"] = min(vision.min_frames, o.max_frames)
+    try:
+        vision = dataclasses.replace(vision, **vision_changes)
+        if o.max_new_tokens is not None:
+            sampling = dataclasses.replace(sampling, max_new_tokens=o.max_new_tokens)
+    except ValueError as e:
+        given = " ".join(f"{k} {v}" for k, v in o.flags().items())
+        raise ConfigError(f"{given} does not fit preset {preset!r}: {e}") from None
     return EvalSettings(model_path=model_path, engine=engine, vision=vision,
-                        sampling=sampling or p.sampling, prompt_template=prompt_template,
+                        sampling=sampling, prompt_template=prompt_template,
                         prompt_digest=prompt_digest, judge=judge)

@@ -74,3 +74,32 @@ def test_template_digest_follows_file_contents(tmp_path):
     (tmp_path / "multiple_choice.jinja").write_text("Q: {{ problem }}")
     assert template_digest(tmp_path) != first
     assert len(template_digest()) == 16  # the built-in templates
+
+
+def test_overrides_land_in_the_settings_and_their_hash():
+    base = presets.settings("qwen2_5_vl_greedy", "m")
+    o = presets.Overrides(max_new_tokens=64, fps=1.0, max_frames=16, video_max_pixels=56 * 56,
+                          image_max_pixels=28 * 28 * 8)
+    got = presets.settings("qwen2_5_vl_greedy", "m", overrides=o)
+    flat = got.flat()
+    assert (flat["sampling.max_new_tokens"], flat["vision.fps"], flat["vision.max_frames"]) == (64, 1.0, 16)
+    assert (flat["vision.video_max_pixels"], flat["vision.image_max_pixels"]) == (3136, 6272)
+    # a maximum below the preset's minimum (128 and 4 tokens of 28x28) lowers the minimum with it
+    assert (flat["vision.video_min_pixels"], flat["vision.image_min_pixels"]) == (3136, 3136)
+    assert flat["vision.min_frames"] == 4 and flat["vision.video_total_pixels"] == base.vision.video_total_pixels
+    # each override alone changes the hash
+    singles = [presets.Overrides(**{k: v}) for k, v in dataclasses.asdict(o).items()]
+    hashes = {presets.settings("qwen2_5_vl_greedy", "m", overrides=s).hash for s in singles}
+    assert len(hashes | {base.hash}) == len(singles) + 1
+    assert presets.settings("qwen2_5_vl_greedy", "m", overrides=presets.Overrides()).hash == base.hash
+    assert o.flags() == {"--max-new-tokens": 64, "--fps": 1.0, "--max-frames": 16, "--video-max-pixels": 3136,
+                         "--image-max-pixels": 6272}
+
+
+def test_impossible_override_names_the_flag():
+    from easyvideor1.errors import UserError
+
+    with pytest.raises(UserError, match=r"--max-new-tokens 0 does not fit preset 'qwen3_vl'.*max_new_tokens"):
+        presets.settings("qwen3_vl", "m", overrides=presets.Overrides(max_new_tokens=0))
+    with pytest.raises(UserError, match=r"--fps -1.0 .*vision.fps must be > 0"):
+        presets.settings("qwen3_vl", "m", overrides=presets.Overrides(fps=-1.0))
