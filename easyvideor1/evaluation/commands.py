@@ -34,7 +34,11 @@ def _eval(args: argparse.Namespace) -> int:
                            cache_mode=args.cache_mode, template_dir=args.template_dir, max_samples=args.max_samples,
                            load_workers=args.load_workers, prefetch=args.prefetch, max_batch=args.max_batch,
                            max_concurrency=args.max_concurrency, asynchronous=not args.no_async, dtype=args.dtype,
-                           judge_endpoint=args.judge_endpoint, judge_model=args.judge_model)
+                           judge_endpoint=args.judge_endpoint, judge_model=args.judge_model,
+                           judge_concurrency=args.judge_concurrency, judge_retries=args.judge_retries,
+                           max_model_len=args.max_model_len, tensor_parallel_size=args.tensor_parallel_size,
+                           enforce_eager=args.enforce_eager, gpu_memory_utilization=args.gpu_memory_utilization,
+                           chunked_prefill=args.chunked_prefill)
     overrides = Overrides(max_new_tokens=args.max_new_tokens, fps=args.fps, max_frames=args.max_frames,
                           video_max_pixels=args.video_max_pixels, image_max_pixels=args.image_max_pixels)
     try:
@@ -85,6 +89,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="OpenAI-compatible URL of an LLM judge for open-ended answers (VCR-Bench, VideoReasonBench); "
                         "key from $OPENAI_API_KEY")
     p.add_argument("--judge-model", default=None, help="the judge's model name")
+    p.add_argument("--judge-concurrency", type=int, default=16,
+                   help="judge requests in flight (the judge runs beside generation, in its own queue)")
+    p.add_argument("--judge-retries", type=int, default=3,
+                   help="retries of a failing judge request; then the sample is a failed row")
+    v = p.add_argument_group("vLLM engine (--engine vllm)")
+    v.add_argument("--max-model-len", type=int, default=None,
+                   help="longest prompt + response in tokens (default: the preset's video budget + two images "
+                        "+ 2048 + --max-new-tokens, capped at the model's max_position_embeddings)")
+    v.add_argument("--tensor-parallel-size", type=int, default=1, help="GPUs per engine")
+    v.add_argument("--enforce-eager", action=argparse.BooleanOptionalAction, default=None,
+                   help="no CUDA graphs (default: eager on CPU, graphs on GPU)")
+    v.add_argument("--gpu-memory-utilization", type=float, default=0.8, help="share of GPU memory for the engine")
+    v.add_argument("--chunked-prefill", action=argparse.BooleanOptionalAction, default=None,
+                   help="split long prefills into chunks (default: vLLM's)")
     p.set_defaults(func=_eval)
 
     p = subparsers.add_parser(

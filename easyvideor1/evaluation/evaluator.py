@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import threading
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -23,11 +24,12 @@ from easyvideor1.evaluation.pipeline import (
     GenerationOutcome,
     HFBatchBackend,
     Item,
+    JudgeQueue,
     longest_first,
     run_async,
     run_sync_batches,
 )
-from easyvideor1.evaluation.presets import Overrides
+from easyvideor1.evaluation.presets import Overrides, default_max_model_len
 from easyvideor1.evaluation.presets import settings as preset_settings
 from easyvideor1.evaluation.report import write_report
 from easyvideor1.evaluation.results import ResultStore
@@ -36,7 +38,7 @@ from easyvideor1.models.families import family_of
 from easyvideor1.models.loading import load_policy, load_processor
 from easyvideor1.models.mrope import mrope_spec
 from easyvideor1.prompts import Prompt, PromptBuilder
-from easyvideor1.rewards import JudgeConfig, RewardConfig, score
+from easyvideor1.rewards import JudgeConfig, RewardConfig, canonical_type, score
 from easyvideor1.rollout.hf_engine import HFEngine
 from easyvideor1.rollout.vllm_engine import AsyncVLLMEngine  # imports vllm only when one is built
 from easyvideor1.rollout.base import SamplingParams
@@ -64,6 +66,13 @@ class EvalOptions:
     dtype: str = "bfloat16"
     judge_endpoint: str | None = None  # OpenAI-compatible URL of an LLM judge for open-ended answers
     judge_model: str | None = None  # the judge's model name
+    judge_concurrency: int = 16  # judge requests in flight at once (its own queue, beside generation)
+    judge_retries: int = 3  # retries of a failing judge request before its row is recorded as failed
+    max_model_len: int | None = None  # vLLM: longest prompt + response (None: from the preset's budget)
+    tensor_parallel_size: int = 1  # vLLM: GPUs per engine
+    enforce_eager: bool | None = None  # vLLM: no CUDA graphs (None: eager on CPU, graphs on GPU)
+    gpu_memory_utilization: float = 0.8  # vLLM: share of GPU memory the engine may take
+    chunked_prefill: bool | None = None  # vLLM: split long prefills into chunks (None: vLLM's default)
 
 
 def sampling_from(settings: EvalSettings) -> SamplingParams:
@@ -96,7 +105,8 @@ class Evaluator:
             if not o.judge_model:
                 raise ConfigError("--judge-endpoint needs --judge-model")
             cfg = RewardConfig(judge=JudgeConfig(endpoint=o.judge_endpoint, model=o.judge_model,
-                                                 cache_dir=str(Path(o.out_dir) / "judge_cache")))
+                                                 cache_dir=str(Path(o.out_dir) / "judge_cache"),
+                                                 concurrency=o.judge_concurrency, max_retries=o.judge_retries))
             self.score_fn = partial(score, cfg=cfg)
             judge = f"{o.judge_model}@{o.judge_endpoint}"
         self.settings = preset_settings(preset, model_path, engine, family=self.family.name,
@@ -113,7 +123,8 @@ class Evaluator:
             sp = self.settings.sampling
             self.backend = AsyncEngineBackend(AsyncVLLMEngine(model_path, self.processor, dtype=o.dtype,
                                                               repetition_penalty=sp.repetition_penalty,
-                                                              presence_penalty=sp.presence_penalty),
+                                                              presence_penalty=sp.presence_penalty,
+                                                              **vllm_engine_args(o, self.settings, config)),
                                               o.max_concurrency)
             self.engine = None
         else:
@@ -142,17 +153,31 @@ class Evaluator:
         items = longest_first(items, probe_seconds)
         progress = _progress(len(items))
 
+        judged = JudgeQueue(o.judge_concurrency) if self.score_fn is not None else None
+        write_lock = threading.Lock()  # rows come from the event loop and the judge's threads
+
+        def write(key, row) -> None:
+            with write_lock:
+                stores[key].append(row)
+                progress.update(1)
+
+        def score_and_write(it: Item, text: str, prompt_tokens: int, output_tokens: int) -> None:
+            write(it.key, benches[it.key].result_row(it.sample, text, score_fn=self.score_fn,
+                                                     prompt_tokens=prompt_tokens, output_tokens=output_tokens,
+                                                     timing=it.timing))
+
         def on_outcome(out: GenerationOutcome) -> None:
             it, bench = out.item, benches[out.item.key]
             if out.error is not None or out.rollout is None:
-                row = bench.failed_row(it.sample, out.error or "no output", it.timing)
+                write(it.key, bench.failed_row(it.sample, out.error or "no output", it.timing))
+                it.prompt = None
+                return
+            args = (it, out.rollout.text, len(it.prompt.inputs.input_ids), len(out.rollout.token_ids))
+            it.prompt = None  # free frames and pixel values as soon as the response is in
+            if judged is not None and canonical_type(it.sample.problem_type) == "open-ended":
+                judged.submit(score_and_write, *args)  # the judge waits on the network: not here
             else:
-                row = bench.result_row(it.sample, out.rollout.text, score_fn=self.score_fn,
-                                       prompt_tokens=len(it.prompt.inputs.input_ids),
-                                       output_tokens=len(out.rollout.token_ids), timing=it.timing)
-            stores[it.key].append(row)
-            it.prompt = None  # free frames and pixel values as soon as the row is written
-            progress.update(1)
+                score_and_write(*args)
 
         def prepare(it: Item) -> Prompt:
             return self.prepare(benches[it.key], it.sample)
@@ -164,12 +189,29 @@ class Evaluator:
             else:
                 run_sync_batches(items, prepare, self.engine, self.params, on_outcome, o.max_batch)
         finally:
+            if judged is not None:
+                judged.drain()
             progress.close()
             for store in stores.values():
                 store.close()
         aggregates = {name: bench.aggregate(ResultStore.open(o.out_dir, name).rows()) for name, bench in benches.items()}
         write_report(o.out_dir)
         return aggregates
+
+
+def vllm_engine_args(o: EvalOptions, settings: EvalSettings, model_config) -> dict[str, Any]:
+    """The vLLM engine arguments of `o` (`max_model_len` from the preset's budget when unset)."""
+    import torch
+
+    args: dict[str, Any] = {
+        "max_model_len": o.max_model_len or default_max_model_len(settings, model_config),
+        "tensor_parallel_size": o.tensor_parallel_size,
+        "gpu_memory_utilization": o.gpu_memory_utilization,
+        "enforce_eager": o.enforce_eager if o.enforce_eager is not None else not torch.cuda.is_available(),
+    }
+    if o.chunked_prefill is not None:
+        args["enable_chunked_prefill"] = o.chunked_prefill
+    return args
 
 
 def _progress(total: int):

@@ -103,3 +103,47 @@ def test_impossible_override_names_the_flag():
         presets.settings("qwen3_vl", "m", overrides=presets.Overrides(max_new_tokens=0))
     with pytest.raises(UserError, match=r"--fps -1.0 .*vision.fps must be > 0"):
         presets.settings("qwen3_vl", "m", overrides=presets.Overrides(fps=-1.0))
+
+
+def test_default_max_model_len_follows_the_budget_and_the_model_cap():
+    from types import SimpleNamespace
+
+    s = presets.settings("qwen2_5_vl_greedy", "m")
+    # 90316800 / 784 video tokens + 2 images of 16384 tokens + 2048 text + 4096 response
+    assert presets.default_max_model_len(s) == 115200 + 2 * 16384 + 2048 + 4096
+    capped = SimpleNamespace(text_config=SimpleNamespace(max_position_embeddings=128000))
+    assert presets.default_max_model_len(s, capped) == 128000
+    small = presets.settings("qwen3_vl", "m", overrides=presets.Overrides(max_new_tokens=100))
+    assert presets.default_max_model_len(small) == 117964800 // 1024 + 2 * 16384 + 2048 + 100
+
+
+def test_engine_flags_reach_the_vllm_arguments():
+    from types import SimpleNamespace
+
+    from easyvideor1 import cli
+    from easyvideor1.evaluation.evaluator import options_from, vllm_engine_args
+
+    args = cli.build_parser().parse_args(
+        ["eval", "--model", "m", "--benchmarks", "b", "--max-model-len", "4096", "--tensor-parallel-size", "2",
+         "--no-enforce-eager", "--gpu-memory-utilization", "0.5", "--chunked-prefill"])
+    o = options_from(**{k: v for k, v in vars(args).items()})
+    got = vllm_engine_args(o, presets.settings("qwen2_5_vl_greedy", "m"), SimpleNamespace())
+    assert got == {"max_model_len": 4096, "tensor_parallel_size": 2, "gpu_memory_utilization": 0.5,
+                   "enforce_eager": False, "enable_chunked_prefill": True}
+    args = cli.build_parser().parse_args(["eval", "--model", "m", "--benchmarks", "b"])
+    o = options_from(**{k: v for k, v in vars(args).items()})
+    got = vllm_engine_args(o, presets.settings("qwen2_5_vl_greedy", "m"), SimpleNamespace(max_position_embeddings=2048))
+    assert got["max_model_len"] == 2048 and "enable_chunked_prefill" not in got  # vLLM's own default
+
+
+def test_qwen2_vl_and_qwen3_5_presets():
+    v = presets.get_preset("qwen2_vl").vision
+    assert (v.family, v.fps, v.max_frames, v.video_total_pixels) == ("qwen2_vl", 2.0, 768, 24576 * 784)
+    s = presets.get_preset("qwen2_vl").sampling
+    assert (s.temperature, s.top_p, s.top_k, s.repetition_penalty) == (0.01, 0.001, 1, 1.05)
+    q = presets.get_preset("qwen3_5")
+    assert q.vision.family == "qwen3_5" and q.vision.video_total_pixels == 117964800  # the Qwen3-VL budget
+    assert (q.sampling.temperature, q.sampling.top_p, q.sampling.top_k, q.sampling.presence_penalty) == (0.7, 0.8, 20, 1.5)
+    t = presets.get_preset("qwen3_5_thinking").sampling
+    assert (t.temperature, t.top_p, t.top_k, t.presence_penalty) == (1.0, 0.95, 20, 1.5)
+    assert presets.get_preset("qwen3_5_greedy").sampling.greedy and presets.get_preset("qwen2_vl_greedy").sampling.greedy
