@@ -85,6 +85,7 @@ def markdown(run: RunSummary) -> str:
     for key, agg in run.aggregates.items():
         out += ["", f"## {run.titles[key]}", "",
                 f"{agg.metric}: **{pct(agg.overall)}** over {agg.count} samples ({agg.failed} failed)"]
+        out += [f"\n> **Note:** {note}" for note in agg.notes]
         if agg.metrics:
             out += [""] + _table(["Metric", "Score"], [[k, pct(v)] for k, v in agg.metrics.items()])
         for name, table in agg.categories.items():

@@ -81,6 +81,10 @@ class Benchmark:
     importer: Callable[[Path, Path], list[Sample]] | None = None
     """Reader of the official release layout (annotation path, data root) -> samples; used
     when the annotation file is not in the sample schema."""
+    official_score: Callable[[str, Sample], float | None] | None = None
+    """The official script's per-sample rule where it differs from the reward scorer's
+    accuracy (None for a sample: the scorer's accuracy; otherwise that stays in the row's parts
+    as `scorer_accuracy`)."""
 
     def find_file(self, data_root: str | os.PathLike) -> Path:
         """The first of `files` present under `data_root` (or its valid_data/, annotations/)."""
@@ -149,10 +153,15 @@ class Benchmark:
             row = ResultRow.failed(sample, f"scoring failed: {error}", labels, timing)
             row.response = response
             return row
-        return ResultRow(id=sample.problem_id, status="ok", score=float(result.accuracy),
+        parts = {k: float(v) for k, v in result.parts.items()}
+        value = float(result.accuracy)
+        official = self.official_score(response, sample) if self.official_score is not None else None
+        if official is not None:
+            parts["scorer_accuracy"], value = value, float(official)
+        return ResultRow(id=sample.problem_id, status="ok", score=value,
                          prediction=self.extract(response, sample), answer=sample.answer,
                          response=response, problem_type=sample.problem_type,
-                         parts={k: float(v) for k, v in result.parts.items()}, labels=labels,
+                         parts=parts, labels=labels,
                          prompt_tokens=prompt_tokens, output_tokens=output_tokens, timing=timing)
 
     def failed_row(self, sample: Sample, reason: str, timing: dict[str, float] | None = None) -> ResultRow:
