@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from easyvideor1.evaluation.compare import write_comparison
+from easyvideor1.evaluation.merge import merge_results
 from easyvideor1.evaluation.presets import EVAL_PRESETS, Overrides
 from easyvideor1.evaluation.report import markdown, summarize_run, write_report
 from easyvideor1.evaluation.results import SettingsMismatch
@@ -12,10 +13,19 @@ from easyvideor1.evaluation.results import SettingsMismatch
 
 def _report(args: argparse.Namespace) -> int:
     try:
+        results_dir = args.results_dir[0]
+        if len(args.results_dir) > 1:  # shards of one run: merge first
+            if not args.out:
+                print("error: several results folders (shards) need --out for the merged folder")
+                return 1
+            counts = merge_results(args.results_dir, args.out)
+            print(f"merged {len(args.results_dir)} shards into {args.out}: "
+                  + ", ".join(f"{k} {v} rows" for k, v in counts.items()))
+            results_dir = args.out
         if args.compare:
-            paths = write_comparison(args.results_dir, args.compare, args.out)
+            paths = write_comparison(results_dir, args.compare, args.out)
         else:
-            paths = write_report(args.results_dir, args.out)
+            paths = write_report(results_dir, args.out)
     except (SettingsMismatch, FileNotFoundError, ValueError) as e:
         print(f"error: {e}")
         return 1
@@ -38,18 +48,35 @@ def _eval(args: argparse.Namespace) -> int:
                            judge_concurrency=args.judge_concurrency, judge_retries=args.judge_retries,
                            max_model_len=args.max_model_len, tensor_parallel_size=args.tensor_parallel_size,
                            enforce_eager=args.enforce_eager, gpu_memory_utilization=args.gpu_memory_utilization,
-                           chunked_prefill=args.chunked_prefill)
+                           chunked_prefill=args.chunked_prefill, shard=args.shard,
+                           data_parallel=args.data_parallel)
     overrides = Overrides(max_new_tokens=args.max_new_tokens, fps=args.fps, max_frames=args.max_frames,
                           video_max_pixels=args.video_max_pixels, image_max_pixels=args.image_max_pixels)
+    benchmarks = [b for b in args.benchmarks.split(",") if b]
     try:
-        evaluator = Evaluator(args.model, engine=args.engine, preset=args.preset, options=options,
-                              overrides=overrides)
-        evaluator.run([b for b in args.benchmarks.split(",") if b])
+        if options.data_parallel > 1:
+            from easyvideor1.evaluation.parallel import run_data_parallel
+
+            run_data_parallel(args.model, args.engine, args.preset, options, benchmarks, overrides)
+        else:
+            Evaluator(args.model, engine=args.engine, preset=args.preset, options=options,
+                      overrides=overrides).run(benchmarks)
     except SettingsMismatch as e:
         print(f"error: {e}")
         return 1
     print(markdown(summarize_run(args.out)))
     return 0
+
+
+def shard_arg(text: str) -> tuple[int, int]:
+    """`"i/N"` -> (i, N), with 0 <= i < N."""
+    try:
+        i, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--shard {text!r}: write I/N, e.g. 0/4") from None
+    if not 0 <= i < n:
+        raise argparse.ArgumentTypeError(f"--shard {text!r}: need 0 <= I < N")
+    return i, n
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -93,6 +120,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="judge requests in flight (the judge runs beside generation, in its own queue)")
     p.add_argument("--judge-retries", type=int, default=3,
                    help="retries of a failing judge request; then the sample is a failed row")
+    p.add_argument("--data-parallel", type=int, default=1, metavar="N",
+                   help="N engines, one worker process each (vLLM: --tensor-parallel-size GPUs each), samples "
+                        "dealt longest first; one results store")
+    p.add_argument("--shard", type=shard_arg, default=None, metavar="I/N",
+                   help="run only shard I of N (0-based) of every benchmark, e.g. one per machine; merge the "
+                        "shard folders with `easyvideor1 report DIR0 DIR1 ... --out MERGED`")
     v = p.add_argument_group("vLLM engine (--engine vllm)")
     v.add_argument("--max-model-len", type=int, default=None,
                    help="longest prompt + response in tokens (default: the preset's video budget + two images "
@@ -111,7 +144,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "benchmark and category (report.md), JSON (report.json) and a bar chart "
                     "(report.png). With --compare, per-benchmark deltas between two models "
                     "(compare.md/.json/.png); both folders must share their settings but the model.")
-    p.add_argument("results_dir", metavar="RESULTS_DIR", help="results folder (settings.json + <benchmark>.jsonl)")
+    p.add_argument("results_dir", metavar="RESULTS_DIR", nargs="+",
+                   help="results folder (settings.json + <benchmark>.jsonl); several: the shard folders of one "
+                        "`eval --shard i/N` run, merged into --out first")
     p.add_argument("--compare", metavar="OTHER_DIR", default=None,
                    help="second results folder; deltas are RESULTS_DIR - OTHER_DIR")
     p.add_argument("--out", default=None, help="where to write the outputs (default: RESULTS_DIR)")

@@ -12,13 +12,14 @@ import asyncio
 import dataclasses
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
+from functools import lru_cache, partial
 from pathlib import Path
 from typing import Any
 
 from easyvideor1.config_tree import ConfigError
-from easyvideor1.evaluation.adapters import get_benchmark
+from easyvideor1.evaluation.adapters import Benchmark, get_benchmark
 from easyvideor1.evaluation.pipeline import (
     AsyncEngineBackend,
     GenerationOutcome,
@@ -28,11 +29,12 @@ from easyvideor1.evaluation.pipeline import (
     longest_first,
     run_async,
     run_sync_batches,
+    split_longest_first,
 )
 from easyvideor1.evaluation.presets import Overrides, default_max_model_len
 from easyvideor1.evaluation.presets import settings as preset_settings
 from easyvideor1.evaluation.report import write_report
-from easyvideor1.evaluation.results import ResultStore
+from easyvideor1.evaluation.results import ResultRow, ResultStore
 from easyvideor1.evaluation.settings import EvalSettings, template_digest
 from easyvideor1.models.families import family_of
 from easyvideor1.models.loading import load_policy, load_processor
@@ -73,6 +75,8 @@ class EvalOptions:
     enforce_eager: bool | None = None  # vLLM: no CUDA graphs (None: eager on CPU, graphs on GPU)
     gpu_memory_utilization: float = 0.8  # vLLM: share of GPU memory the engine may take
     chunked_prefill: bool | None = None  # vLLM: split long prefills into chunks (None: vLLM's default)
+    shard: tuple[int, int] | None = None  # (i, n): run only shard i of n (`shard_of`); merge with `report`
+    data_parallel: int = 1  # engines, one worker process each (`parallel.run_data_parallel`)
 
 
 def sampling_from(settings: EvalSettings) -> SamplingParams:
@@ -100,7 +104,6 @@ class Evaluator:
         config = AutoConfig.from_pretrained(model_path)
         self.family, self.spec = family_of(config), mrope_spec(config)
         self.score_fn = None  # the benchmarks' own scorers (ROUGE for open-ended answers)
-        judge = ""
         if o.judge_endpoint:
             if not o.judge_model:
                 raise ConfigError("--judge-endpoint needs --judge-model")
@@ -108,13 +111,7 @@ class Evaluator:
                                                  cache_dir=str(Path(o.out_dir) / "judge_cache"),
                                                  concurrency=o.judge_concurrency, max_retries=o.judge_retries))
             self.score_fn = partial(score, cfg=cfg)
-            judge = f"{o.judge_model}@{o.judge_endpoint}"
-        self.settings = preset_settings(preset, model_path, engine, family=self.family.name,
-                                        prompt_template=o.template_dir or "builtin",
-                                        prompt_digest=template_digest(o.template_dir), judge=judge,
-                                        sampling=sampling, overrides=overrides)
-        if vision is not None:
-            self.settings = dataclasses.replace(self.settings, vision=vision)
+        self.settings = eval_settings(model_path, engine, preset, o, config, sampling, vision, overrides)
         # each benchmark renders its own prompt text (`prepare`)
         self.prompts = PromptBuilder(FrameSource(self.settings.vision, o.cache_dir, o.cache_mode), self.processor,
                                      self.family, self.spec)
@@ -140,26 +137,29 @@ class Evaluator:
     def run(self, benchmarks: list[str]) -> dict[str, Any]:
         """Evaluate `benchmarks` (names or sample files); return {benchmark: Aggregate}."""
         o = self.options
-        Path(o.out_dir).mkdir(parents=True, exist_ok=True)
-        benches = {b.name: b for b in (get_benchmark(name) for name in benchmarks)}
-        stores = {name: ResultStore.open(o.out_dir, name, self.settings) for name in benches}
-        items: list[Item] = []
-        for name, bench in benches.items():
-            samples = bench.load(o.data_root)[: o.max_samples or None]
-            pending = stores[name].pending(samples)
-            log.info("%s: %d samples, %d already done, %d to run", name, len(samples),
-                     len(samples) - len(pending), len(pending))
-            items += [Item(key=name, sample=s) for s in pending]
-        items = longest_first(items, probe_seconds)
-        progress = _progress(len(items))
-
-        judged = JudgeQueue(o.judge_concurrency) if self.score_fn is not None else None
+        benches, stores, items = plan(benchmarks, self.settings, o)
         write_lock = threading.Lock()  # rows come from the event loop and the judge's threads
+        progress = _progress(len(items))
 
         def write(key, row) -> None:
             with write_lock:
                 stores[key].append(row)
                 progress.update(1)
+
+        try:
+            self.execute(benches, items, write)
+        finally:
+            progress.close()
+            for store in stores.values():
+                store.close()
+        return finish(o.out_dir, benches)
+
+    def execute(self, benches: dict[str, Benchmark], items: list[Item],
+                write: Callable[[str, ResultRow], None]) -> None:
+        """Load, generate and score `items` in their order; `write(benchmark, row)` each row
+        as it is ready (from the event loop, or from the judge's threads)."""
+        o = self.options
+        judged = JudgeQueue(o.judge_concurrency) if self.score_fn is not None else None
 
         def score_and_write(it: Item, text: str, prompt_tokens: int, output_tokens: int) -> None:
             write(it.key, benches[it.key].result_row(it.sample, text, score_fn=self.score_fn,
@@ -191,12 +191,51 @@ class Evaluator:
         finally:
             if judged is not None:
                 judged.drain()
-            progress.close()
-            for store in stores.values():
-                store.close()
-        aggregates = {name: bench.aggregate(ResultStore.open(o.out_dir, name).rows()) for name, bench in benches.items()}
-        write_report(o.out_dir)
-        return aggregates
+
+
+def eval_settings(model_path: str, engine: str, preset: str, o: EvalOptions, model_config=None,
+                  sampling=None, vision=None, overrides: Overrides | None = None) -> EvalSettings:
+    """The score-changing settings of a run (what `settings.json` stores and hashes)."""
+    from transformers import AutoConfig
+
+    config = model_config if model_config is not None else AutoConfig.from_pretrained(model_path)
+    judge = f"{o.judge_model}@{o.judge_endpoint}" if o.judge_endpoint else ""
+    settings = preset_settings(preset, model_path, engine, family=family_of(config).name,
+                               prompt_template=o.template_dir or "builtin",
+                               prompt_digest=template_digest(o.template_dir), judge=judge,
+                               sampling=sampling, overrides=overrides)
+    return dataclasses.replace(settings, vision=vision) if vision is not None else settings
+
+
+def plan(benchmarks: list[str], settings: EvalSettings, o: EvalOptions
+         ) -> tuple[dict[str, Benchmark], dict[str, ResultStore], list[Item]]:
+    """The benchmarks, their result stores (settings checked) and the items still to run,
+    longest video first; with `o.shard = (i, n)` only shard i's share (`shard_of`)."""
+    Path(o.out_dir).mkdir(parents=True, exist_ok=True)
+    benches = {b.name: b for b in (get_benchmark(name) for name in benchmarks)}
+    stores = {name: ResultStore.open(o.out_dir, name, settings) for name in benches}
+    everything = [Item(key=name, sample=s) for name, bench in benches.items()
+                  for s in bench.load(o.data_root)[: o.max_samples or None]]
+    seconds = lru_cache(maxsize=None)(probe_seconds)  # each video probed once
+    everything = longest_first(everything, seconds)
+    if o.shard is not None:
+        index, count = o.shard
+        everything = split_longest_first(everything, count, seconds)[index]
+    done = {name: store.done_ids() for name, store in stores.items()}
+    items = [it for it in everything if it.sample.problem_id not in done[it.key]]
+    for name in benches:
+        mine = sum(it.key == name for it in everything)
+        todo = sum(it.key == name for it in items)
+        log.info("%s: %d samples%s, %d already done, %d to run", name, mine,
+                 f" in shard {o.shard[0]}/{o.shard[1]}" if o.shard else "", mine - todo, todo)
+    return benches, stores, items
+
+
+def finish(out_dir: str, benches: dict[str, Benchmark]) -> dict[str, Any]:
+    """Aggregate every benchmark's stored rows and write the report."""
+    aggregates = {name: bench.aggregate(ResultStore.open(out_dir, name).rows()) for name, bench in benches.items()}
+    write_report(out_dir)
+    return aggregates
 
 
 def vllm_engine_args(o: EvalOptions, settings: EvalSettings, model_config) -> dict[str, Any]:

@@ -176,6 +176,19 @@ def longest_first(items: list[Item], seconds: Callable[[str], float]) -> list[It
     return sorted(items, key=lambda it: -sum(seconds(v) for v in it.sample.videos))
 
 
+def split_longest_first(items: list[Item], n: int, seconds: Callable[[str], float]) -> list[list[Item]]:
+    """`items` (longest first) dealt into `n` shares of nearly equal video seconds: each item,
+    longest first, goes to the share with the fewest seconds so far (ties: the lower index).
+    Deterministic, so every machine of a sharded run computes the same split."""
+    shares: list[list[Item]] = [[] for _ in range(n)]
+    load = [0.0] * n
+    for it in items:
+        k = min(range(n), key=lambda j: (load[j], j))
+        shares[k].append(it)
+        load[k] += sum(seconds(v) for v in it.sample.videos) or 1.0  # a text/image sample still costs
+    return shares
+
+
 async def _prepared(items: list[Item], prepare: Prepare, load_workers: int, prefetch: int) -> AsyncIterator[Item]:
     """Prepare items in a thread pool; yield them in completion order, at most `prefetch` ahead."""
     loop = asyncio.get_running_loop()
