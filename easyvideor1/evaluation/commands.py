@@ -25,7 +25,9 @@ def _report(args: argparse.Namespace) -> int:
         if args.compare:
             paths = write_comparison(results_dir, args.compare, args.out)
         else:
-            paths = write_report(results_dir, args.out)
+            from easyvideor1.vision.cache import FrameSource  # imports torch: the page's frame thumbnails
+
+            paths = write_report(results_dir, args.out, make_source=FrameSource)
     except (SettingsMismatch, FileNotFoundError, ValueError) as e:
         print(f"error: {e}")
         return 1

@@ -31,6 +31,7 @@ from easyvideor1.evaluation.pipeline import (
     run_sync_batches,
     split_longest_first,
 )
+from easyvideor1.evaluation.html_report import write_run_info
 from easyvideor1.evaluation.presets import Overrides, default_max_model_len
 from easyvideor1.evaluation.presets import settings as preset_settings
 from easyvideor1.evaluation.report import write_report
@@ -212,8 +213,10 @@ def plan(benchmarks: list[str], settings: EvalSettings, o: EvalOptions
     """The benchmarks, their result stores (settings checked) and the items still to run,
     longest video first; with `o.shard = (i, n)` only shard i's share (`shard_of`)."""
     Path(o.out_dir).mkdir(parents=True, exist_ok=True)
-    benches = {b.name: b for b in (get_benchmark(name) for name in benchmarks)}
+    specs = {get_benchmark(spec).name: spec for spec in benchmarks}
+    benches = {name: get_benchmark(spec) for name, spec in specs.items()}
     stores = {name: ResultStore.open(o.out_dir, name, settings) for name in benches}
+    write_run_info(o.out_dir, o.data_root, specs, o.cache_dir, o.cache_mode)
     everything = [Item(key=name, sample=s) for name, bench in benches.items()
                   for s in bench.load(o.data_root)[: o.max_samples or None]]
     seconds = lru_cache(maxsize=None)(probe_seconds)  # each video probed once
@@ -234,7 +237,7 @@ def plan(benchmarks: list[str], settings: EvalSettings, o: EvalOptions
 def finish(out_dir: str, benches: dict[str, Benchmark]) -> dict[str, Any]:
     """Aggregate every benchmark's stored rows and write the report."""
     aggregates = {name: bench.aggregate(ResultStore.open(out_dir, name).rows()) for name, bench in benches.items()}
-    write_report(out_dir)
+    write_report(out_dir, make_source=FrameSource)
     return aggregates
 
 

@@ -15,6 +15,7 @@ import os
 import shutil
 from pathlib import Path
 
+from easyvideor1.evaluation.html_report import RUN_FILE
 from easyvideor1.evaluation.results import SETTINGS_FILE, ResultStore, SettingsMismatch, read_results
 from easyvideor1.evaluation.settings import differences
 
@@ -48,6 +49,8 @@ def merge_results(dirs: list[str | os.PathLike], out: str | os.PathLike) -> dict
                 origin[(stem, row.id)] = d
                 merged.setdefault(stem, {})[row.id] = row
     shutil.copyfile(dirs[0] / SETTINGS_FILE, out / SETTINGS_FILE)
+    if (dirs[0] / RUN_FILE).exists():  # where the samples are, for the HTML report's thumbnails
+        shutil.copyfile(dirs[0] / RUN_FILE, out / RUN_FILE)
     counts = {}
     for stem, rows in merged.items():
         path = out / f"{stem}.jsonl"
