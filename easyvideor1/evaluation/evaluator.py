@@ -135,8 +135,9 @@ class Evaluator:
         """`sample`'s prompt with the benchmark's own prompt text (the shared prompt stage)."""
         return self.prompts.build(sample, text=bench.prompt(sample, self.options.template_dir))
 
-    def run(self, benchmarks: list[str]) -> dict[str, Any]:
-        """Evaluate `benchmarks` (names or sample files); return {benchmark: Aggregate}."""
+    def run(self, benchmarks: list[str], report: bool = True) -> dict[str, Any]:
+        """Evaluate `benchmarks` (names or sample files); return {benchmark: Aggregate}.
+        `report=False` skips writing report.md/.json/.png/.html (e.g. when timing the run)."""
         o = self.options
         benches, stores, items = plan(benchmarks, self.settings, o)
         write_lock = threading.Lock()  # rows come from the event loop and the judge's threads
@@ -153,7 +154,7 @@ class Evaluator:
             progress.close()
             for store in stores.values():
                 store.close()
-        return finish(o.out_dir, benches)
+        return finish(o.out_dir, benches, report)
 
     def execute(self, benches: dict[str, Benchmark], items: list[Item],
                 write: Callable[[str, ResultRow], None]) -> None:
@@ -234,10 +235,11 @@ def plan(benchmarks: list[str], settings: EvalSettings, o: EvalOptions
     return benches, stores, items
 
 
-def finish(out_dir: str, benches: dict[str, Benchmark]) -> dict[str, Any]:
+def finish(out_dir: str, benches: dict[str, Benchmark], report: bool = True) -> dict[str, Any]:
     """Aggregate every benchmark's stored rows and write the report."""
     aggregates = {name: bench.aggregate(ResultStore.open(out_dir, name).rows()) for name, bench in benches.items()}
-    write_report(out_dir, make_source=FrameSource)
+    if report:
+        write_report(out_dir, make_source=FrameSource)
     return aggregates
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from easyvideor1.evaluation.adapters import BENCHMARKS, get_benchmark
+from easyvideor1.evaluation.adapters import BENCHMARKS, CROSS_METRICS, get_benchmark
 from easyvideor1.evaluation.aggregate import Aggregate
 from easyvideor1.evaluation.html_report import render
 from easyvideor1.evaluation.results import SETTINGS_FILE, read_results
@@ -66,6 +66,8 @@ def summarize_run(results_dir: str | os.PathLike) -> RunSummary:
             continue
         run.aggregates[stem] = bench.aggregate(rows)
         run.titles[stem] = bench.title
+    for add in CROSS_METRICS:
+        add(run.aggregates)
     return run
 
 

@@ -272,3 +272,29 @@ def test_mlvu_official_tasks_m_avg(tmp_path):
     # plotQA 1/2, count 1/3: M-Avg = (1/2 + 1/3) / 2 = 5/12; micro 2/5
     _check(bench.aggregate(rows), 5 / 12, {"micro": 2 / 5},
            {"task": {"plotQA": (0.5, 2, 0), "count": (1 / 3, 3, 1)}}, count=5, failed=1)
+
+
+@real_files
+def test_videommmu_delta_knowledge_from_the_question_only_pass(tmp_path):
+    from easyvideor1.evaluation import presets
+    from easyvideor1.evaluation.report import summarize_run
+    from easyvideor1.evaluation.results import ResultStore
+
+    path = ROOT / "videommmu_with_image.json"
+    video, baseline = BENCHMARKS["videommmu"], BENCHMARKS["videommmu-question-only"]
+    only = baseline.load(ROOT, annotation_file=path)
+    assert len(only) == 300 and all(s.data_type == "image" and not s.videos and s.images for s in only)
+    assert "end of the video" not in baseline.prompt(only[0])
+    settings = presets.settings("qwen2_5_vl_greedy", "m")
+    with ResultStore.open(tmp_path, "videommmu", settings) as store:
+        s = video.load(ROOT, annotation_file=path)[:4]  # Adaptation: right, right, wrong, missing
+        for row in [video.result_row(s[0], right(s[0])), video.result_row(s[1], right(s[1])),
+                    video.result_row(s[2], wrong(s[2])), video.failed_row(s[3], "generation failed")]:
+            store.append(row)
+    with ResultStore.open(tmp_path, "videommmu-question-only", settings) as store:
+        for row in four_rows(baseline, only[:4]):  # right, wrong, malformed, missing
+            store.append(row)
+    agg = summarize_run(tmp_path).aggregates["videommmu"]
+    # after = 2/4, before = 1/4: (1/2 - 1/4) / (1 - 1/4) = 1/3
+    assert agg.metrics["delta_knowledge"] == pytest.approx(1 / 3)
+    assert any("delta_knowledge" in n for n in agg.notes)
