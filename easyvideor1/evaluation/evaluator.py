@@ -49,6 +49,7 @@ from easyvideor1.vision.cache import FrameSource
 from easyvideor1.vision.decode import probe_seconds
 
 log = logging.getLogger(__name__)
+JUDGED_TYPES = ("open-ended", "caption-mc")  # scored by the LLM judge when one is configured
 
 
 @dataclass
@@ -176,7 +177,7 @@ class Evaluator:
                 return
             args = (it, out.rollout.text, len(it.prompt.inputs.input_ids), len(out.rollout.token_ids))
             it.prompt = None  # free frames and pixel values as soon as the response is in
-            if judged is not None and canonical_type(it.sample.problem_type) == "open-ended":
+            if judged is not None and canonical_type(it.sample.problem_type) in JUDGED_TYPES:
                 judged.submit(score_and_write, *args)  # the judge waits on the network: not here
             else:
                 score_and_write(*args)
