@@ -80,10 +80,13 @@ def run_data_parallel(model_path: str, engine: str, preset: str, o: EvalOptions,
 
     def pump(k: int, proc: subprocess.Popen) -> None:
         for line in proc.stdout:
-            if not line.startswith(ROW_PREFIX):
+            at = line.find(ROW_PREFIX)  # a library's unterminated print may precede the marker
+            if at < 0:
                 sys.stderr.write(f"[worker {k}] {line}")
                 continue
-            msg = json.loads(line[len(ROW_PREFIX):])
+            if at:
+                sys.stderr.write(f"[worker {k}] {line[:at]}\n")
+            msg = json.loads(line[at + len(ROW_PREFIX):])
             with lock:
                 stores[msg["benchmark"]].append(ResultRow.from_dict(msg["row"]))
                 written[k] += 1
@@ -113,7 +116,7 @@ def run_data_parallel(model_path: str, engine: str, preset: str, o: EvalOptions,
     progress.close()
     for store in stores.values():
         store.close()
-    bad = [(k, c) for k, c in enumerate(codes) if c != 0]
+    bad = [(k, c) for k, c in enumerate(codes) if c != 0 or written[k] != len(shares[k])]
     if bad:
         detail = ", ".join(f"worker {k} exited {c} after {written[k]} of {len(shares[k])} rows" for k, c in bad)
         raise WorkerFailed(f"data-parallel evaluation incomplete: {detail} (its log is above). The rows written "

@@ -79,3 +79,14 @@ def test_shards_merge_into_the_single_run(setup, tmp_path, capsys):
     capsys.readouterr()
     assert cli.main(["report", str(shards[0]), str(other), "--out", str(tmp_path / "bad2")]) == 1
     assert "sampling.max_new_tokens: 6 != 5" in capsys.readouterr().out
+
+
+def test_gpus_are_split_into_tensor_parallel_groups():
+    from easyvideor1.errors import UserError
+    from easyvideor1.evaluation.parallel import device_groups
+
+    assert device_groups(2, 2, ["4", "5", "6", "7"]) == ["4,5", "6,7"]
+    assert device_groups(3, 1, ["0", "1", "2", "3"]) == ["0", "1", "2"]
+    assert device_groups(2, 1, []) == [None, None]  # CPU: CUDA_VISIBLE_DEVICES left alone
+    with pytest.raises(UserError, match="needs 4 GPUs; 3 visible"):
+        device_groups(2, 2, ["0", "1", "2"])
