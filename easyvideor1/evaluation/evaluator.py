@@ -218,9 +218,10 @@ def plan(benchmarks: list[str], settings: EvalSettings, o: EvalOptions
     specs = {get_benchmark(spec).name: spec for spec in benchmarks}
     benches = {name: get_benchmark(spec) for name, spec in specs.items()}
     stores = {name: ResultStore.open(o.out_dir, name, settings) for name in benches}
-    write_run_info(o.out_dir, o.data_root, specs, o.cache_dir, o.cache_mode)
     everything = [Item(key=name, sample=s) for name, bench in benches.items()
                   for s in bench.load(o.data_root)[: o.max_samples or None]]
+    totals = {name: sum(it.key == name for it in everything) for name in benches}
+    write_run_info(o.out_dir, o.data_root, specs, o.cache_dir, o.cache_mode, o.shard, totals)
     seconds = lru_cache(maxsize=None)(probe_seconds)  # each video probed once
     everything = longest_first(everything, seconds)
     if o.shard is not None:

@@ -57,11 +57,15 @@ window.addEventListener("load", function () {
 
 
 def write_run_info(out_dir: str | os.PathLike, data_root: str | None, benchmarks: dict[str, str],
-                   cache_dir: str | None, cache_mode: str) -> None:
-    """Record where a run's samples and frames are (for the HTML report's samples)."""
+                   cache_dir: str | None, cache_mode: str, shard: tuple[int, int] | None = None,
+                   totals: dict[str, int] | None = None) -> None:
+    """Record where a run's samples and frames are (for the HTML report's samples), and for a
+    sharded run which shard it is and each benchmark's sample count over all shards (so a
+    merge can tell a missing shard)."""
     info = {"data_root": os.path.abspath(data_root) if data_root else None,
             "benchmarks": {k: (os.path.abspath(v) if os.path.exists(v) else v) for k, v in benchmarks.items()},
-            "cache_dir": os.path.abspath(cache_dir) if cache_dir else None, "cache_mode": cache_mode}
+            "cache_dir": os.path.abspath(cache_dir) if cache_dir else None, "cache_mode": cache_mode,
+            "shard": list(shard) if shard else None, "totals": totals or {}}
     (Path(out_dir) / RUN_FILE).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
 
 

@@ -55,7 +55,7 @@ def test_data_parallel_resumes_into_one_store_with_the_single_engine_responses(s
     assert (out / "file-val.jsonl").read_text().splitlines() == lines
 
 
-def test_shards_merge_into_the_single_run(setup, tmp_path, capsys):
+def test_shards_merge_into_the_single_run(setup, tmp_path, capsys, caplog):
     root, model, data, single = setup
     shards = [tmp_path / f"shard{i}" for i in range(2)]
     for i, folder in enumerate(shards):
@@ -72,7 +72,15 @@ def test_shards_merge_into_the_single_run(setup, tmp_path, capsys):
     copy = tmp_path / "copy"
     shutil.copytree(shards[0], copy)
     assert cli.main(["report", str(shards[0]), str(copy), "--out", str(tmp_path / "bad")]) == 1
+    assert "repeat a shard: 0/2, 0/2" in capsys.readouterr().out
+    (copy / "run.json").unlink()  # unrecorded shards: the overlapping rows themselves are refused
+    assert cli.main(["report", str(shards[0]), str(copy), "--out", str(tmp_path / "bad")]) == 1
     assert "in both" in capsys.readouterr().out
+    from easyvideor1.evaluation.merge import merge_results
+
+    with caplog.at_level("WARNING"):
+        assert merge_results([shards[0]], tmp_path / "half") == {"file-val": len(parts[0])}
+    assert f"{len(parts[0])} of 6 samples merged (shards 1/2 missing)" in caplog.text
     other = tmp_path / "other"
     assert cli.main(["eval", "--model", str(model), "--benchmarks", str(data), "--out", str(other),
                      "--shard", "1/2", *OPTIONS, "--max-new-tokens", "5"]) == 0
