@@ -44,6 +44,8 @@ class Aggregate:
     """Further official numbers in [0, 1] (e.g. R@0.5, MC accuracy, MRA)."""
     categories: dict[str, dict[str, CategoryScore]] = field(default_factory=dict)
     """Breakdown name -> label value -> score."""
+    notes: list[str] = field(default_factory=list)
+    """What a reader comparing with published numbers must know (e.g. a fallback metric)."""
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready dict."""
@@ -56,7 +58,7 @@ class Aggregate:
                 for name, table in d.get("categories", {}).items()}
         return cls(benchmark=d["benchmark"], metric=d["metric"], overall=d["overall"],
                    count=d["count"], failed=d["failed"], metrics=dict(d.get("metrics", {})),
-                   categories=cats)
+                   categories=cats, notes=list(d.get("notes", [])))
 
 
 def mean(values: Iterable[float]) -> float:
@@ -74,6 +76,19 @@ def by_label(rows: list[ResultRow], label: str,
         if label in row.labels:
             groups.setdefault(str(row.labels[label]), []).append(row)
     return {k: CategoryScore(score=mean(value(r) for r in g), count=len(g),
+                             failed=sum(r.status == "failed" for r in g))
+            for k, g in sorted(groups.items())}
+
+
+def by_labels(rows: list[ResultRow], label: str, sep: str) -> dict[str, CategoryScore]:
+    """Like `by_label` for multi-valued labels (`"a|b"` with sep "|"): a row counts once in
+    each of its values (LVBench's question types), sorted by value."""
+    groups: dict[str, list[ResultRow]] = {}
+    for row in rows:
+        for value in str(row.labels.get(label, "")).split(sep):
+            if value:
+                groups.setdefault(value, []).append(row)
+    return {k: CategoryScore(score=mean(r.score for r in g), count=len(g),
                              failed=sum(r.status == "failed" for r in g))
             for k, g in sorted(groups.items())}
 

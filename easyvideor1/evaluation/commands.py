@@ -5,16 +5,29 @@ from __future__ import annotations
 import argparse
 
 from easyvideor1.evaluation.compare import write_comparison
+from easyvideor1.evaluation.merge import merge_results
+from easyvideor1.evaluation.presets import EVAL_PRESETS, Overrides
 from easyvideor1.evaluation.report import markdown, summarize_run, write_report
 from easyvideor1.evaluation.results import SettingsMismatch
 
 
 def _report(args: argparse.Namespace) -> int:
     try:
+        results_dir = args.results_dir[0]
+        if len(args.results_dir) > 1:  # shards of one run: merge first
+            if not args.out:
+                print("error: several results folders (shards) need --out for the merged folder")
+                return 1
+            counts = merge_results(args.results_dir, args.out)
+            print(f"merged {len(args.results_dir)} shards into {args.out}: "
+                  + ", ".join(f"{k} {v} rows" for k, v in counts.items()))
+            results_dir = args.out
         if args.compare:
-            paths = write_comparison(args.results_dir, args.compare, args.out)
+            paths = write_comparison(results_dir, args.compare, args.out)
         else:
-            paths = write_report(args.results_dir, args.out)
+            from easyvideor1.vision.cache import FrameSource  # imports torch: the page's frame thumbnails
+
+            paths = write_report(results_dir, args.out, make_source=FrameSource)
     except (SettingsMismatch, FileNotFoundError, ValueError) as e:
         print(f"error: {e}")
         return 1
@@ -33,15 +46,39 @@ def _eval(args: argparse.Namespace) -> int:
                            cache_mode=args.cache_mode, template_dir=args.template_dir, max_samples=args.max_samples,
                            load_workers=args.load_workers, prefetch=args.prefetch, max_batch=args.max_batch,
                            max_concurrency=args.max_concurrency, asynchronous=not args.no_async, dtype=args.dtype,
-                           judge_endpoint=args.judge_endpoint, judge_model=args.judge_model)
+                           judge_endpoint=args.judge_endpoint, judge_model=args.judge_model,
+                           judge_concurrency=args.judge_concurrency, judge_retries=args.judge_retries,
+                           max_model_len=args.max_model_len, tensor_parallel_size=args.tensor_parallel_size,
+                           enforce_eager=args.enforce_eager, gpu_memory_utilization=args.gpu_memory_utilization,
+                           chunked_prefill=args.chunked_prefill, shard=args.shard,
+                           data_parallel=args.data_parallel)
+    overrides = Overrides(max_new_tokens=args.max_new_tokens, fps=args.fps, max_frames=args.max_frames,
+                          video_max_pixels=args.video_max_pixels, image_max_pixels=args.image_max_pixels)
+    benchmarks = [b for b in args.benchmarks.split(",") if b]
     try:
-        evaluator = Evaluator(args.model, engine=args.engine, preset=args.preset, options=options)
-        evaluator.run([b for b in args.benchmarks.split(",") if b])
+        if options.data_parallel > 1:
+            from easyvideor1.evaluation.parallel import run_data_parallel
+
+            run_data_parallel(args.model, args.engine, args.preset, options, benchmarks, overrides)
+        else:
+            Evaluator(args.model, engine=args.engine, preset=args.preset, options=options,
+                      overrides=overrides).run(benchmarks)
     except SettingsMismatch as e:
         print(f"error: {e}")
         return 1
     print(markdown(summarize_run(args.out)))
     return 0
+
+
+def shard_arg(text: str) -> tuple[int, int]:
+    """`"i/N"` -> (i, N), with 0 <= i < N."""
+    try:
+        i, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--shard {text!r}: write I/N, e.g. 0/4") from None
+    if not 0 <= i < n:
+        raise argparse.ArgumentTypeError(f"--shard {text!r}: need 0 <= I < N")
+    return i, n
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -56,7 +93,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--benchmarks", required=True, help="comma-separated names (videomme,mvbench,...) or sample files")
     p.add_argument("--data-root", default=None, help="folder holding the benchmark files and videos")
     p.add_argument("--engine", choices=("vllm", "hf"), default="vllm", help="generation engine")
-    p.add_argument("--preset", default="qwen2_5_vl_greedy", help="frame budget + sampling preset (presets.py)")
+    p.add_argument("--preset", default="qwen2_5_vl_greedy", choices=list(EVAL_PRESETS),
+                   help="frame budget + sampling preset (presets.py); `easyvideor1 cache --preset` takes the same names")
+    p.add_argument("--max-new-tokens", type=int, default=None, help="response length limit (default: the preset's)")
+    p.add_argument("--fps", type=float, default=None, help="video frames sampled per second (default: the preset's)")
+    p.add_argument("--max-frames", type=int, default=None, help="most frames per video (default: the preset's)")
+    p.add_argument("--video-max-pixels", type=int, default=None,
+                   help="upper bound on H*W of each video frame (default: the preset's)")
+    p.add_argument("--image-max-pixels", type=int, default=None,
+                   help="upper bound on H*W of an image (default: the preset's)")
     p.add_argument("--out", default="runs/eval", help="results folder")
     p.add_argument("--cache-dir", default=None, help="frame cache built by `easyvideor1 cache`")
     p.add_argument("--cache-mode", choices=("prefer_cache", "cache_only", "realtime"), default="prefer_cache",
@@ -73,6 +118,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="OpenAI-compatible URL of an LLM judge for open-ended answers (VCR-Bench, VideoReasonBench); "
                         "key from $OPENAI_API_KEY")
     p.add_argument("--judge-model", default=None, help="the judge's model name")
+    p.add_argument("--judge-concurrency", type=int, default=16,
+                   help="judge requests in flight (the judge runs beside generation, in its own queue)")
+    p.add_argument("--judge-retries", type=int, default=3,
+                   help="retries of a failing judge request; then the sample is a failed row")
+    p.add_argument("--data-parallel", type=int, default=1, metavar="N",
+                   help="N engines, one worker process each (vLLM: --tensor-parallel-size GPUs each), samples "
+                        "dealt longest first; one results store")
+    p.add_argument("--shard", type=shard_arg, default=None, metavar="I/N",
+                   help="run only shard I of N (0-based) of every benchmark, e.g. one per machine; merge the "
+                        "shard folders with `easyvideor1 report DIR0 DIR1 ... --out MERGED`")
+    v = p.add_argument_group("vLLM engine (--engine vllm)")
+    v.add_argument("--max-model-len", type=int, default=None,
+                   help="longest prompt + response in tokens (default: the preset's video budget + two images "
+                        "+ 2048 + --max-new-tokens, capped at the model's max_position_embeddings)")
+    v.add_argument("--tensor-parallel-size", type=int, default=1, help="GPUs per engine")
+    v.add_argument("--enforce-eager", action=argparse.BooleanOptionalAction, default=None,
+                   help="no CUDA graphs (default: eager on CPU, graphs on GPU)")
+    v.add_argument("--gpu-memory-utilization", type=float, default=0.8, help="share of GPU memory for the engine")
+    v.add_argument("--chunked-prefill", action=argparse.BooleanOptionalAction, default=None,
+                   help="split long prefills into chunks (default: vLLM's)")
     p.set_defaults(func=_eval)
 
     p = subparsers.add_parser(
@@ -81,7 +146,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "benchmark and category (report.md), JSON (report.json) and a bar chart "
                     "(report.png). With --compare, per-benchmark deltas between two models "
                     "(compare.md/.json/.png); both folders must share their settings but the model.")
-    p.add_argument("results_dir", metavar="RESULTS_DIR", help="results folder (settings.json + <benchmark>.jsonl)")
+    p.add_argument("results_dir", metavar="RESULTS_DIR", nargs="+",
+                   help="results folder (settings.json + <benchmark>.jsonl); several: the shard folders of one "
+                        "`eval --shard i/N` run, merged into --out first")
     p.add_argument("--compare", metavar="OTHER_DIR", default=None,
                    help="second results folder; deltas are RESULTS_DIR - OTHER_DIR")
     p.add_argument("--out", default=None, help="where to write the outputs (default: RESULTS_DIR)")

@@ -11,31 +11,37 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
+from functools import lru_cache, partial
 from pathlib import Path
 from typing import Any
 
 from easyvideor1.config_tree import ConfigError
-from easyvideor1.evaluation.adapters import get_benchmark
+from easyvideor1.evaluation.adapters import Benchmark, get_benchmark
 from easyvideor1.evaluation.pipeline import (
     AsyncEngineBackend,
     GenerationOutcome,
     HFBatchBackend,
     Item,
+    JudgeQueue,
     longest_first,
     run_async,
     run_sync_batches,
+    split_longest_first,
 )
+from easyvideor1.evaluation.html_report import write_run_info
+from easyvideor1.evaluation.presets import Overrides, default_max_model_len
 from easyvideor1.evaluation.presets import settings as preset_settings
 from easyvideor1.evaluation.report import write_report
-from easyvideor1.evaluation.results import ResultStore
+from easyvideor1.evaluation.results import ResultRow, ResultStore
 from easyvideor1.evaluation.settings import EvalSettings, template_digest
 from easyvideor1.models.families import family_of
 from easyvideor1.models.loading import load_policy, load_processor
 from easyvideor1.models.mrope import mrope_spec
 from easyvideor1.prompts import Prompt, PromptBuilder
-from easyvideor1.rewards import JudgeConfig, RewardConfig, score
+from easyvideor1.rewards import JudgeConfig, RewardConfig, canonical_type, score
 from easyvideor1.rollout.hf_engine import HFEngine
 from easyvideor1.rollout.vllm_engine import AsyncVLLMEngine  # imports vllm only when one is built
 from easyvideor1.rollout.base import SamplingParams
@@ -43,6 +49,7 @@ from easyvideor1.vision.cache import FrameSource
 from easyvideor1.vision.decode import probe_seconds
 
 log = logging.getLogger(__name__)
+JUDGED_TYPES = ("open-ended", "caption-mc")  # scored by the LLM judge when one is configured
 
 
 @dataclass
@@ -63,6 +70,15 @@ class EvalOptions:
     dtype: str = "bfloat16"
     judge_endpoint: str | None = None  # OpenAI-compatible URL of an LLM judge for open-ended answers
     judge_model: str | None = None  # the judge's model name
+    judge_concurrency: int = 16  # judge requests in flight at once (its own queue, beside generation)
+    judge_retries: int = 3  # retries of a failing judge request before its row is recorded as failed
+    max_model_len: int | None = None  # vLLM: longest prompt + response (None: from the preset's budget)
+    tensor_parallel_size: int = 1  # vLLM: GPUs per engine
+    enforce_eager: bool | None = None  # vLLM: no CUDA graphs (None: eager on CPU, graphs on GPU)
+    gpu_memory_utilization: float = 0.8  # vLLM: share of GPU memory the engine may take
+    chunked_prefill: bool | None = None  # vLLM: split long prefills into chunks (None: vLLM's default)
+    shard: tuple[int, int] | None = None  # (i, n): run only shard i of n (`shard_of`); merge with `report`
+    data_parallel: int = 1  # engines, one worker process each (`parallel.run_data_parallel`)
 
 
 def sampling_from(settings: EvalSettings) -> SamplingParams:
@@ -77,9 +93,11 @@ class Evaluator:
     """Holds the model, processor and engine once; evaluates any number of benchmarks."""
 
     def __init__(self, model_path: str, engine: str = "hf", preset: str = "qwen2_5_vl_greedy",
-                 options: EvalOptions | None = None, sampling=None, vision=None):
+                 options: EvalOptions | None = None, sampling=None, vision=None,
+                 overrides: Overrides | None = None):
         """`sampling` / `vision` replace the preset's decoding parameters / frame budget
-        (e.g. the demo evaluates with its training budget)."""
+        (e.g. the demo evaluates with its training budget); `overrides` then change single
+        values (the command line's `--max-new-tokens`, `--fps`, ...)."""
         self.options = options or EvalOptions()
         o = self.options
         self.processor = load_processor(model_path)
@@ -88,20 +106,14 @@ class Evaluator:
         config = AutoConfig.from_pretrained(model_path)
         self.family, self.spec = family_of(config), mrope_spec(config)
         self.score_fn = None  # the benchmarks' own scorers (ROUGE for open-ended answers)
-        judge = ""
         if o.judge_endpoint:
             if not o.judge_model:
                 raise ConfigError("--judge-endpoint needs --judge-model")
             cfg = RewardConfig(judge=JudgeConfig(endpoint=o.judge_endpoint, model=o.judge_model,
-                                                 cache_dir=str(Path(o.out_dir) / "judge_cache")))
+                                                 cache_dir=str(Path(o.out_dir) / "judge_cache"),
+                                                 concurrency=o.judge_concurrency, max_retries=o.judge_retries))
             self.score_fn = partial(score, cfg=cfg)
-            judge = f"{o.judge_model}@{o.judge_endpoint}"
-        self.settings = preset_settings(preset, model_path, engine, family=self.family.name,
-                                        prompt_template=o.template_dir or "builtin",
-                                        prompt_digest=template_digest(o.template_dir), judge=judge,
-                                        sampling=sampling)
-        if vision is not None:
-            self.settings = dataclasses.replace(self.settings, vision=vision)
+        self.settings = eval_settings(model_path, engine, preset, o, config, sampling, vision, overrides)
         # each benchmark renders its own prompt text (`prepare`)
         self.prompts = PromptBuilder(FrameSource(self.settings.vision, o.cache_dir, o.cache_mode), self.processor,
                                      self.family, self.spec)
@@ -110,7 +122,8 @@ class Evaluator:
             sp = self.settings.sampling
             self.backend = AsyncEngineBackend(AsyncVLLMEngine(model_path, self.processor, dtype=o.dtype,
                                                               repetition_penalty=sp.repetition_penalty,
-                                                              presence_penalty=sp.presence_penalty),
+                                                              presence_penalty=sp.presence_penalty,
+                                                              **vllm_engine_args(o, self.settings, config)),
                                               o.max_concurrency)
             self.engine = None
         else:
@@ -123,33 +136,51 @@ class Evaluator:
         """`sample`'s prompt with the benchmark's own prompt text (the shared prompt stage)."""
         return self.prompts.build(sample, text=bench.prompt(sample, self.options.template_dir))
 
-    def run(self, benchmarks: list[str]) -> dict[str, Any]:
-        """Evaluate `benchmarks` (names or sample files); return {benchmark: Aggregate}."""
+    def run(self, benchmarks: list[str], report: bool = True) -> dict[str, Any]:
+        """Evaluate `benchmarks` (names or sample files); return {benchmark: Aggregate}.
+        `report=False` skips writing report.md/.json/.png/.html (e.g. when timing the run)."""
         o = self.options
-        Path(o.out_dir).mkdir(parents=True, exist_ok=True)
-        benches = {b.name: b for b in (get_benchmark(name) for name in benchmarks)}
-        stores = {name: ResultStore.open(o.out_dir, name, self.settings) for name in benches}
-        items: list[Item] = []
-        for name, bench in benches.items():
-            samples = bench.load(o.data_root)[: o.max_samples or None]
-            pending = stores[name].pending(samples)
-            log.info("%s: %d samples, %d already done, %d to run", name, len(samples),
-                     len(samples) - len(pending), len(pending))
-            items += [Item(key=name, sample=s) for s in pending]
-        items = longest_first(items, probe_seconds)
+        benches, stores, items = plan(benchmarks, self.settings, o)
+        write_lock = threading.Lock()  # rows come from the event loop and the judge's threads
         progress = _progress(len(items))
+
+        def write(key, row) -> None:
+            with write_lock:
+                stores[key].append(row)
+                progress.update(1)
+
+        try:
+            self.execute(benches, items, write)
+        finally:
+            progress.close()
+            for store in stores.values():
+                store.close()
+        return finish(o.out_dir, benches, report)
+
+    def execute(self, benches: dict[str, Benchmark], items: list[Item],
+                write: Callable[[str, ResultRow], None]) -> None:
+        """Load, generate and score `items` in their order; `write(benchmark, row)` each row
+        as it is ready (from the event loop, or from the judge's threads)."""
+        o = self.options
+        judged = JudgeQueue(o.judge_concurrency) if self.score_fn is not None else None
+
+        def score_and_write(it: Item, text: str, prompt_tokens: int, output_tokens: int) -> None:
+            write(it.key, benches[it.key].result_row(it.sample, text, score_fn=self.score_fn,
+                                                     prompt_tokens=prompt_tokens, output_tokens=output_tokens,
+                                                     timing=it.timing))
 
         def on_outcome(out: GenerationOutcome) -> None:
             it, bench = out.item, benches[out.item.key]
             if out.error is not None or out.rollout is None:
-                row = bench.failed_row(it.sample, out.error or "no output", it.timing)
+                write(it.key, bench.failed_row(it.sample, out.error or "no output", it.timing))
+                it.prompt = None
+                return
+            args = (it, out.rollout.text, len(it.prompt.inputs.input_ids), len(out.rollout.token_ids))
+            it.prompt = None  # free frames and pixel values as soon as the response is in
+            if judged is not None and canonical_type(it.sample.problem_type) in JUDGED_TYPES:
+                judged.submit(score_and_write, *args)  # the judge waits on the network: not here
             else:
-                row = bench.result_row(it.sample, out.rollout.text, score_fn=self.score_fn,
-                                       prompt_tokens=len(it.prompt.inputs.input_ids),
-                                       output_tokens=len(out.rollout.token_ids), timing=it.timing)
-            stores[it.key].append(row)
-            it.prompt = None  # free frames and pixel values as soon as the row is written
-            progress.update(1)
+                score_and_write(*args)
 
         def prepare(it: Item) -> Prompt:
             return self.prepare(benches[it.key], it.sample)
@@ -161,12 +192,72 @@ class Evaluator:
             else:
                 run_sync_batches(items, prepare, self.engine, self.params, on_outcome, o.max_batch)
         finally:
-            progress.close()
-            for store in stores.values():
-                store.close()
-        aggregates = {name: bench.aggregate(ResultStore.open(o.out_dir, name).rows()) for name, bench in benches.items()}
-        write_report(o.out_dir)
-        return aggregates
+            if judged is not None:
+                judged.drain()
+
+
+def eval_settings(model_path: str, engine: str, preset: str, o: EvalOptions, model_config=None,
+                  sampling=None, vision=None, overrides: Overrides | None = None) -> EvalSettings:
+    """The score-changing settings of a run (what `settings.json` stores and hashes)."""
+    from transformers import AutoConfig
+
+    config = model_config if model_config is not None else AutoConfig.from_pretrained(model_path)
+    judge = f"{o.judge_model}@{o.judge_endpoint}" if o.judge_endpoint else ""
+    settings = preset_settings(preset, model_path, engine, family=family_of(config).name,
+                               prompt_template=o.template_dir or "builtin",
+                               prompt_digest=template_digest(o.template_dir), judge=judge,
+                               sampling=sampling, overrides=overrides)
+    return dataclasses.replace(settings, vision=vision) if vision is not None else settings
+
+
+def plan(benchmarks: list[str], settings: EvalSettings, o: EvalOptions
+         ) -> tuple[dict[str, Benchmark], dict[str, ResultStore], list[Item]]:
+    """The benchmarks, their result stores (settings checked) and the items still to run,
+    longest video first; with `o.shard = (i, n)` only shard i's share (`shard_of`)."""
+    Path(o.out_dir).mkdir(parents=True, exist_ok=True)
+    specs = {get_benchmark(spec).name: spec for spec in benchmarks}
+    benches = {name: get_benchmark(spec) for name, spec in specs.items()}
+    stores = {name: ResultStore.open(o.out_dir, name, settings) for name in benches}
+    everything = [Item(key=name, sample=s) for name, bench in benches.items()
+                  for s in bench.load(o.data_root)[: o.max_samples or None]]
+    totals = {name: sum(it.key == name for it in everything) for name in benches}
+    write_run_info(o.out_dir, o.data_root, specs, o.cache_dir, o.cache_mode, o.shard, totals)
+    seconds = lru_cache(maxsize=None)(probe_seconds)  # each video probed once
+    everything = longest_first(everything, seconds)
+    if o.shard is not None:
+        index, count = o.shard
+        everything = split_longest_first(everything, count, seconds)[index]
+    done = {name: store.done_ids() for name, store in stores.items()}
+    items = [it for it in everything if it.sample.problem_id not in done[it.key]]
+    for name in benches:
+        mine = sum(it.key == name for it in everything)
+        todo = sum(it.key == name for it in items)
+        log.info("%s: %d samples%s, %d already done, %d to run", name, mine,
+                 f" in shard {o.shard[0]}/{o.shard[1]}" if o.shard else "", mine - todo, todo)
+    return benches, stores, items
+
+
+def finish(out_dir: str, benches: dict[str, Benchmark], report: bool = True) -> dict[str, Any]:
+    """Aggregate every benchmark's stored rows and write the report."""
+    aggregates = {name: bench.aggregate(ResultStore.open(out_dir, name).rows()) for name, bench in benches.items()}
+    if report:
+        write_report(out_dir, make_source=FrameSource)
+    return aggregates
+
+
+def vllm_engine_args(o: EvalOptions, settings: EvalSettings, model_config) -> dict[str, Any]:
+    """The vLLM engine arguments of `o` (`max_model_len` from the preset's budget when unset)."""
+    import torch
+
+    args: dict[str, Any] = {
+        "max_model_len": o.max_model_len or default_max_model_len(settings, model_config),
+        "tensor_parallel_size": o.tensor_parallel_size,
+        "gpu_memory_utilization": o.gpu_memory_utilization,
+        "enforce_eager": o.enforce_eager if o.enforce_eager is not None else not torch.cuda.is_available(),
+    }
+    if o.chunked_prefill is not None:
+        args["enable_chunked_prefill"] = o.chunked_prefill
+    return args
 
 
 def _progress(total: int):

@@ -13,6 +13,9 @@
   they finish (`max_concurrency` in flight).
 - Every sample ends as one result row: scored, or failed with its reason (load or generate),
   never dropped from the denominator.
+- Rows are scored and written as each output finishes. Scores that wait on an LLM judge go
+  to a `JudgeQueue` (its own threads, bounded concurrency), so a slow judge never stalls
+  loading or generation.
 """
 
 from __future__ import annotations
@@ -70,7 +73,7 @@ class AsyncEngineBackend:
     async def run(self, items: AsyncIterator[Item], params: SamplingParams) -> AsyncIterator[GenerationOutcome]:
         slots = asyncio.Semaphore(self.max_concurrency)
         finished: asyncio.Queue = asyncio.Queue()
-        submitted = 0
+        end = object()  # put after the last outcome
 
         async def one(item):
             try:
@@ -81,17 +84,22 @@ class AsyncEngineBackend:
                 slots.release()
             await finished.put(outcome)
 
-        tasks = []
-        async for item in items:
-            await slots.acquire()
-            tasks.append(asyncio.create_task(one(item)))
-            submitted += 1
-            while not finished.empty():
-                yield finished.get_nowait()
-                submitted -= 1
-        while submitted:
-            yield await finished.get()
-            submitted -= 1
+        async def submit_all():
+            # beside the consumer below, so a finished request is handed on at once, not when
+            # the next input happens to arrive
+            tasks = []
+            try:
+                async for item in items:
+                    await slots.acquire()
+                    tasks.append(asyncio.create_task(one(item)))
+                await asyncio.gather(*tasks)
+            finally:
+                await finished.put(end)
+
+        feeder = asyncio.create_task(submit_all())
+        while (outcome := await finished.get()) is not end:
+            yield outcome
+        await feeder  # re-raises what failed while feeding
 
     def close(self) -> None:
         self.engine.close()
@@ -134,9 +142,52 @@ class HFBatchBackend:
         await pumper
 
 
+class JudgeQueue:
+    """Scoring that waits on an LLM judge, beside generation and off the result callback.
+
+    `submit(fn, *args)` queues `fn(*args)` (score one response and write its row) on a pool
+    of `concurrency` threads with its own unbounded queue of small tasks (a response and its
+    sample: the prompt's frames are already freed); `drain()` waits for every queued task.
+    The judge client retries timeouts, transport errors, 429 and 5xx itself
+    (`rewards.judge`); what still fails becomes a failed row through the benchmark's
+    `result_row`, so nothing raised here is expected; `drain` re-raises if it was.
+    """
+
+    def __init__(self, concurrency: int = 16):
+        self.pool = ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="eval-judge")
+        self.futures: list = []
+
+    def submit(self, fn: Callable[..., None], *args: Any) -> None:
+        self.futures.append(self.pool.submit(fn, *args))
+
+    def pending(self) -> int:
+        """Tasks queued or running."""
+        return sum(not f.done() for f in self.futures)
+
+    def drain(self) -> None:
+        try:
+            for f in self.futures:
+                f.result()
+        finally:
+            self.pool.shutdown(wait=True)
+
+
 def longest_first(items: list[Item], seconds: Callable[[str], float]) -> list[Item]:
     """Items ordered by the total video seconds of their sample, longest first (stable)."""
     return sorted(items, key=lambda it: -sum(seconds(v) for v in it.sample.videos))
+
+
+def split_longest_first(items: list[Item], n: int, seconds: Callable[[str], float]) -> list[list[Item]]:
+    """`items` (longest first) dealt into `n` shares of nearly equal video seconds: each item,
+    longest first, goes to the share with the fewest seconds so far (ties: the lower index).
+    Deterministic, so every machine of a sharded run computes the same split."""
+    shares: list[list[Item]] = [[] for _ in range(n)]
+    load = [0.0] * n
+    for it in items:
+        k = min(range(n), key=lambda j: (load[j], j))
+        shares[k].append(it)
+        load[k] += sum(seconds(v) for v in it.sample.videos) or 1.0  # a text/image sample still costs
+    return shares
 
 
 async def _prepared(items: list[Item], prepare: Prepare, load_workers: int, prefetch: int) -> AsyncIterator[Item]:

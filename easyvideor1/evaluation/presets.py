@@ -12,6 +12,16 @@ Sources (looked up 2026-11; values copied, not derived):
   presence_penalty 1.5, out_seq_length 16384 for VL tasks; thinking: temperature 1.0,
   top_p 0.95, top_k 20, presence_penalty 0.0, out_seq_length 40960).
 
+- Qwen2-VL (`qwen2_vl*`): the qwen-vl-utils of the Qwen2-VL release (QwenLM/Qwen2.5-VL history,
+  commit 810c5a9, 2024-08-30: the same constants as above but VIDEO_TOTAL_PIXELS=24576*28*28);
+  sampling from Qwen2-VL-*-Instruct `generation_config.json` (temperature 0.01, top_p 0.001,
+  top_k 1, repetition_penalty 1.05; recalled, not re-read here: Hugging Face is unreachable).
+- Qwen3.5 (`qwen3_5*`): its processor is Qwen3-VL's (32x32-pixel tokens), so the Qwen3-VL
+  budget with the qwen3_5 grid; sampling from the Qwen3.5 model cards' best practices as quoted
+  verbatim at fakoli.github.io/anvil-serving/MODEL-SETTINGS-EXAMPLE (instruct/general:
+  temperature 0.7, top_p 0.8, top_k 20, presence_penalty 1.5, repetition_penalty 1.0;
+  thinking/general: temperature 1.0, top_p 0.95, top_k 20, presence_penalty 1.5).
+
 Departure: the published out_seq_lengths (16384 / 40960) are far beyond what benchmarks need
 and what the paper's runs used, so the presets cap responses at 4096 tokens (8192 for
 thinking); pass `sampling=` to `settings()` to change it.
@@ -21,8 +31,11 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
+from easyvideor1.config_tree import ConfigError
 from easyvideor1.evaluation.settings import DecodingSettings, EvalSettings
+from easyvideor1.models.families import get_family
 from easyvideor1.vision.config import VisionConfig
 
 _QWEN2_TOKEN = 28 * 28  # pixels of one merged Qwen2/2.5-VL vision token
@@ -47,6 +60,8 @@ QWEN2_5_VL_VISION = VisionConfig(
     video_total_pixels=int(128000 * _QWEN2_TOKEN * 0.9),
     image_min_pixels=4 * _QWEN2_TOKEN, image_max_pixels=16384 * _QWEN2_TOKEN,
 )
+QWEN2_VL_VISION = dataclasses.replace(QWEN2_5_VL_VISION, family="qwen2_vl",
+                                      video_total_pixels=24576 * _QWEN2_TOKEN)
 QWEN3_VL_VISION = VisionConfig(
     family="qwen3_vl", fps=2.0, min_frames=4, max_frames=768,
     video_min_pixels=128 * _QWEN3_TOKEN, video_max_pixels=768 * _QWEN3_TOKEN,
@@ -60,19 +75,34 @@ QWEN3_VL_SAMPLING = DecodingSettings(temperature=0.7, top_p=0.8, top_k=20, repet
                                    presence_penalty=1.5, max_new_tokens=4096)
 QWEN3_VL_THINKING_SAMPLING = DecodingSettings(temperature=1.0, top_p=0.95, top_k=20,
                                             presence_penalty=0.0, max_new_tokens=8192)
+QWEN2_VL_SAMPLING = DecodingSettings(temperature=0.01, top_p=0.001, top_k=1,
+                                     repetition_penalty=1.05, max_new_tokens=4096)
+QWEN3_5_SAMPLING = DecodingSettings(temperature=0.7, top_p=0.8, top_k=20, repetition_penalty=1.0,
+                                    presence_penalty=1.5, max_new_tokens=4096)
+QWEN3_5_THINKING_SAMPLING = DecodingSettings(temperature=1.0, top_p=0.95, top_k=20, presence_penalty=1.5,
+                                             max_new_tokens=8192)
 GREEDY = DecodingSettings(temperature=0.0, max_new_tokens=4096)
+QWEN3_5_VISION = dataclasses.replace(QWEN3_VL_VISION, family="qwen3_5")
 
 EVAL_PRESETS: dict[str, Preset] = {
     "qwen2_5_vl": Preset(QWEN2_5_VL_VISION, QWEN2_5_VL_SAMPLING,
                          "QwenLM/Qwen2.5-VL qwen-vl-utils; Qwen2.5-VL-Instruct generation_config.json"),
     "qwen2_5_vl_greedy": Preset(QWEN2_5_VL_VISION, GREEDY,
                                 "QwenLM/Qwen2.5-VL qwen-vl-utils; greedy decoding"),
+    "qwen2_vl": Preset(QWEN2_VL_VISION, QWEN2_VL_SAMPLING,
+                       "Qwen2-VL-era qwen-vl-utils; Qwen2-VL-Instruct generation_config.json"),
+    "qwen2_vl_greedy": Preset(QWEN2_VL_VISION, GREEDY, "Qwen2-VL-era qwen-vl-utils; greedy decoding"),
     "qwen3_vl": Preset(QWEN3_VL_VISION, QWEN3_VL_SAMPLING,
                        "QwenLM/Qwen3-VL qwen-vl-utils; Qwen3-VL instruct model card"),
     "qwen3_vl_thinking": Preset(QWEN3_VL_VISION, QWEN3_VL_THINKING_SAMPLING,
                                 "QwenLM/Qwen3-VL qwen-vl-utils; Qwen3-VL thinking model card"),
     "qwen3_vl_greedy": Preset(QWEN3_VL_VISION, GREEDY,
                               "QwenLM/Qwen3-VL qwen-vl-utils; greedy decoding"),
+    "qwen3_5": Preset(QWEN3_5_VISION, QWEN3_5_SAMPLING,
+                      "QwenLM/Qwen3-VL qwen-vl-utils (Qwen3.5 uses its processor); Qwen3.5 model card, instruct"),
+    "qwen3_5_thinking": Preset(QWEN3_5_VISION, QWEN3_5_THINKING_SAMPLING,
+                               "QwenLM/Qwen3-VL qwen-vl-utils; Qwen3.5 model card, thinking"),
+    "qwen3_5_greedy": Preset(QWEN3_5_VISION, GREEDY, "QwenLM/Qwen3-VL qwen-vl-utils; greedy decoding"),
 }
 
 
@@ -83,13 +113,74 @@ def get_preset(name: str) -> Preset:
     return EVAL_PRESETS[name]
 
 
+@dataclass(frozen=True)
+class Overrides:
+    """Command-line changes to a preset (`eval --max-new-tokens/--fps/...`); None keeps the
+    preset's value. They land in `EvalSettings`, so the settings hash records them."""
+
+    max_new_tokens: int | None = None
+    """Response length limit, tokens."""
+    fps: float | None = None
+    """Frames sampled per second of video."""
+    max_frames: int | None = None
+    """Most frames sampled from a video."""
+    video_max_pixels: int | None = None
+    """Upper bound on H*W of each video frame (lowers the preset's minimum when below it)."""
+    image_max_pixels: int | None = None
+    """Upper bound on H*W of an image (lowers the preset's minimum when below it)."""
+
+    def flags(self) -> dict[str, Any]:
+        """The overrides given, as {command-line flag: value}."""
+        return {f"--{f.name.replace('_', '-')}": getattr(self, f.name) for f in dataclasses.fields(self)
+                if getattr(self, f.name) is not None}
+
+
 def settings(preset: str, model_path: str, engine: str = "vllm", *,
              prompt_template: str = "builtin", prompt_digest: str = "", judge: str = "",
-             family: str | None = None, sampling: DecodingSettings | None = None) -> EvalSettings:
+             family: str | None = None, sampling: DecodingSettings | None = None,
+             overrides: Overrides | None = None) -> EvalSettings:
     """`EvalSettings` from a preset. `family` re-targets the frame budget's grid (e.g. a Qwen3.5
-    model under the Qwen3-VL budget); `sampling` replaces the preset's decoding parameters."""
+    model under the Qwen3-VL budget); `sampling` replaces the preset's decoding parameters;
+    `overrides` then changes single values (an impossible combination is a ConfigError naming
+    the flags)."""
     p = get_preset(preset)
     vision = dataclasses.replace(p.vision, family=family) if family else dataclasses.replace(p.vision)
+    sampling = sampling or p.sampling
+    o = overrides or Overrides()
+    vision_changes = {k: getattr(o, k) for k in ("fps", "max_frames", "video_max_pixels", "image_max_pixels")
+                      if getattr(o, k) is not None}
+    # a maximum below the preset's minimum lowers the minimum with it (what a user asking for
+    # small frames means); likewise a frame cap below the preset's fewest frames
+    if o.video_max_pixels is not None:
+        vision_changes["video_min_pixels"] = min(vision.video_min_pixels, o.video_max_pixels)
+    if o.image_max_pixels is not None:
+        vision_changes["image_min_pixels"] = min(vision.image_min_pixels, o.image_max_pixels)
+    if o.max_frames is not None and o.max_frames >= 1:
+        vision_changes["min_frames"] = min(vision.min_frames, o.max_frames)
+    try:
+        vision = dataclasses.replace(vision, **vision_changes)
+        if o.max_new_tokens is not None:
+            sampling = dataclasses.replace(sampling, max_new_tokens=o.max_new_tokens)
+    except ValueError as e:
+        given = " ".join(f"{k} {v}" for k, v in o.flags().items())
+        raise ConfigError(f"{given} does not fit preset {preset!r}: {e}") from None
     return EvalSettings(model_path=model_path, engine=engine, vision=vision,
-                        sampling=sampling or p.sampling, prompt_template=prompt_template,
+                        sampling=sampling, prompt_template=prompt_template,
                         prompt_digest=prompt_digest, judge=judge)
+
+
+TEXT_TOKENS = 2048  # room for the question, options, system prompt and chat template
+MEDIA_LIMIT = {"video": 1, "image": 2}  # media per prompt the vLLM engine is built for
+
+
+def default_max_model_len(s: EvalSettings, model_config: Any = None) -> int:
+    """vLLM's `max_model_len` for these settings: the video budget's tokens (total pixels over
+    the grid factor squared), two images at their pixel cap, the question and the response;
+    capped at the model's `max_position_embeddings` when `model_config` names it."""
+    v = s.vision
+    g2 = get_family(v.family).grid_factor ** 2
+    need = (MEDIA_LIMIT["video"] * v.video_total_pixels // g2 + MEDIA_LIMIT["image"] * v.image_max_pixels // g2
+            + TEXT_TOKENS + s.sampling.max_new_tokens)
+    text = getattr(model_config, "text_config", model_config)
+    cap = getattr(text, "max_position_embeddings", None)
+    return min(need, cap) if cap else need

@@ -3,6 +3,8 @@
     RESULTS_DIR/report.md     headline table, then per benchmark its metrics and breakdowns
     RESULTS_DIR/report.json   {"model", "settings_hash", "benchmarks": {name: Aggregate}}
     RESULTS_DIR/report.png    headline score per benchmark
+    RESULTS_DIR/report.html   all of it on one page, with sample responses beside their frames
+                              (html_report.py; thumbnails in report_files/)
 
 Scores are shown as percentages with one decimal. Failed samples are counted in every
 denominator and their number is shown next to each score.
@@ -13,12 +15,14 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from easyvideor1.evaluation.adapters import BENCHMARKS, get_benchmark
+from easyvideor1.evaluation.adapters import BENCHMARKS, CROSS_METRICS, get_benchmark
 from easyvideor1.evaluation.aggregate import Aggregate
+from easyvideor1.evaluation.html_report import render
 from easyvideor1.evaluation.results import SETTINGS_FILE, read_results
 
 log = logging.getLogger(__name__)
@@ -62,6 +66,8 @@ def summarize_run(results_dir: str | os.PathLike) -> RunSummary:
             continue
         run.aggregates[stem] = bench.aggregate(rows)
         run.titles[stem] = bench.title
+    for add in CROSS_METRICS:
+        add(run.aggregates)
     return run
 
 
@@ -85,6 +91,7 @@ def markdown(run: RunSummary) -> str:
     for key, agg in run.aggregates.items():
         out += ["", f"## {run.titles[key]}", "",
                 f"{agg.metric}: **{pct(agg.overall)}** over {agg.count} samples ({agg.failed} failed)"]
+        out += [f"\n> **Note:** {note}" for note in agg.notes]
         if agg.metrics:
             out += [""] + _table(["Metric", "Score"], [[k, pct(v)] for k, v in agg.metrics.items()])
         for name, table in agg.categories.items():
@@ -120,13 +127,17 @@ def bar_chart(run: RunSummary, path: str | os.PathLike) -> None:
     fig.savefig(path, dpi=120)
 
 
-def write_report(results_dir: str | os.PathLike, out_dir: str | os.PathLike | None = None) -> list[Path]:
-    """Write report.md, report.json and report.png; returns their paths."""
+def write_report(results_dir: str | os.PathLike, out_dir: str | os.PathLike | None = None,
+                 make_source: Callable[..., Any] | None = None) -> list[Path]:
+    """Write report.md, report.json, report.png and report.html; returns their paths.
+    `make_source`: the frame reader for the HTML page's thumbnails (`html_report.render`)."""
     run = summarize_run(results_dir)
     out = Path(out_dir or results_dir)
     out.mkdir(parents=True, exist_ok=True)
-    md, js, png = out / "report.md", out / "report.json", out / "report.png"
+    md, js, png, page = out / "report.md", out / "report.json", out / "report.png", out / "report.html"
     md.write_text(markdown(run), encoding="utf-8")
     js.write_text(json.dumps(to_json(run), indent=2) + "\n", encoding="utf-8")
     bar_chart(run, png)
-    return [md, js, png]
+    page.write_text(render(results_dir, out, run.model, run.settings_hash, run.aggregates, run.titles, make_source),
+                    encoding="utf-8")
+    return [md, js, png, page]

@@ -220,6 +220,10 @@ def build_processor(family: Family, tokenizer):
 
     Budgets only matter when the processor samples/resizes itself (our pipeline passes
     frames already sized). Image and video processors share mean/std (vLLM reads the image one).
+    `do_sample_frames` is left at the class default, as in the real checkpoints (off for
+    Qwen2/2.5-VL, which ship no video config; on for Qwen3-VL/3.5): other tools' loaders
+    (lmms-eval's Qwen2.5-VL class) pass frames without metadata and crash when it is on. Our
+    own prompt stage samples frames itself and always calls with `do_sample_frames=False`.
     """
     import transformers
     from transformers import Qwen2VLImageProcessor
@@ -246,7 +250,6 @@ def build_processor(family: Family, tokenizer):
         fps=2.0,
         min_frames=4,
         max_frames=64,
-        do_sample_frames=True,
         cap_pixels_per_frame=True,  # qwen-vl-utils' rule; transformers' default from 5.22
         **norm,
     )

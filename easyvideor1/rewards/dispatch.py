@@ -17,6 +17,7 @@ from typing import Callable
 from easyvideor1.records import RewardResult, Sample
 from easyvideor1.rewards import (
     boolean,
+    caption_mc,
     html_code,
     math_answer,
     multiple_choice,
@@ -105,6 +106,7 @@ TASK_FAMILIES: dict[str, Scorer] = {
     "spatial grounding": spatial_grounding.score,
     "tracking": tracking.score,
     "open-ended": open_ended.score,
+    "caption-mc": caption_mc.score,
     "math": math_answer.score,
     "ocr": ocr.score,
     "boolean": boolean.score,

@@ -155,12 +155,27 @@ def _retryable(error: Exception) -> bool:
 
 def judge_one(cfg: JudgeConfig, question: str, reference: str, answer: str) -> float:
     """Verdict for one item (cache first), with timeouts and retries; raises JudgeError."""
-    import httpx
-
     prompt = build_prompt(cfg, question, reference, answer)
     cached = _cached(cfg, prompt)
     if cached is not None:
         return cached
+    return _verdict_from(cfg, prompt, _post(cfg, prompt))
+
+
+def judge_reply(cfg: JudgeConfig, prompt: str) -> str:
+    """The judge's raw reply to `prompt` (no verdict parsing, no cache), with timeouts and
+    retries; for protocols that read the reply their own way (TempCompass captioning)."""
+    payload = _post(cfg, prompt)
+    try:
+        return payload["choices"][0]["message"]["content"] or ""
+    except (KeyError, IndexError, TypeError) as e:
+        raise JudgeError(f"judge reply has no choices[0].message.content: {payload!r:.300}") from e
+
+
+def _post(cfg: JudgeConfig, prompt: str) -> dict:
+    """POST one chat request; retry timeouts, transport errors, 408/409/429/5xx; raise JudgeError."""
+    import httpx
+
     headers, body = _request(cfg, prompt)
     last: Exception | None = None
     with httpx.Client(timeout=cfg.timeout_s) as client:
@@ -170,9 +185,9 @@ def judge_one(cfg: JudgeConfig, question: str, reference: str, answer: str) -> f
             try:
                 reply = client.post(_url(cfg), headers=headers, json=body)
                 reply.raise_for_status()
-                return _verdict_from(cfg, prompt, reply.json())
+                return reply.json()
             except (httpx.HTTPError, ValueError) as e:
-                if isinstance(e, JudgeError) or not _retryable(e):
+                if not _retryable(e):
                     raise JudgeError(f"judge request failed: {e}") from e
                 last = e
     raise JudgeError(f"judge failed after {cfg.max_retries + 1} attempts: {last!r}")

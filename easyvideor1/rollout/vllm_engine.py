@@ -359,7 +359,8 @@ class AsyncVLLMEngine:
     def __init__(self, model_path: str | os.PathLike, processor=None, dtype: str = "bfloat16",
                  max_model_len: int | None = None, tensor_parallel_size: int = 1,
                  gpu_memory_utilization: float = 0.8, limit_mm_per_prompt: dict[str, int] | None = None,
-                 repetition_penalty: float = 1.0, presence_penalty: float = 0.0, **llm_kwargs):
+                 repetition_penalty: float = 1.0, presence_penalty: float = 0.0, enforce_eager: bool = True,
+                 **llm_kwargs):
         try:
             import vllm
             from vllm.engine.arg_utils import AsyncEngineArgs
@@ -372,7 +373,7 @@ class AsyncVLLMEngine:
                                tensor_parallel_size=tensor_parallel_size,
                                gpu_memory_utilization=gpu_memory_utilization,
                                limit_mm_per_prompt=limit_mm_per_prompt or {"video": 1, "image": 2},
-                               enforce_eager=True, logprobs_mode="processed_logprobs", **llm_kwargs)
+                               enforce_eager=enforce_eager, logprobs_mode="processed_logprobs", **llm_kwargs)
         self.engine = AsyncLLM.from_engine_args(args)
         vocab = (processor.tokenizer if processor is not None else self.engine.tokenizer).get_vocab()
         self._bad_words = [t for t in VISION_PAD_TOKENS if t in vocab]

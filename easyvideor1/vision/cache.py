@@ -29,7 +29,7 @@ import torch
 
 from easyvideor1.errors import UserError
 from easyvideor1.records import Frames, Sample, VideoMetadata
-from easyvideor1.vision.config import VisionConfig
+from easyvideor1.vision.config import CACHE_FLAGS, VisionConfig
 from easyvideor1.vision.decode import ImageDecodeError, VideoDecodeError, decode_image, decode_video
 
 log = logging.getLogger(__name__)
@@ -132,10 +132,17 @@ def read_entry(path: Path, params: dict[str, Any] | None = None) -> tuple[Frames
 
 
 def describe_mismatch(cached: dict[str, Any], wanted: dict[str, Any]) -> str:
-    """Field-by-field list of how two parameter sets differ."""
+    """Field-by-field list, on one line, of how two parameter sets differ."""
     lines = [f"{k}: cache has {cached.get(k)!r}, config has {wanted.get(k)!r}"
              for k in sorted(set(cached) | set(wanted)) if cached.get(k) != wanted.get(k)]
-    return "built with other vision parameters:\n  " + "\n  ".join(lines)
+    return "built with other vision parameters (" + "; ".join(lines) + ")"
+
+
+def cache_command(cfg: VisionConfig, out: str | os.PathLike, data: str = "FILE") -> str:
+    """The `easyvideor1 cache` command line that builds a cache for `cfg` (every pixel-deciding
+    field spelled out, so it does not depend on the command's defaults or presets)."""
+    flags = " ".join(f"{flag} {getattr(cfg, name)}" for name, flag in CACHE_FLAGS.items())
+    return f"easyvideor1 cache --data {data} --out {out} {flags}"
 
 
 def read_cache_config(cache_dir: str | os.PathLike) -> dict[str, Any] | None:
@@ -155,10 +162,13 @@ def check_cache_config(cache_dir: str | os.PathLike, cfg: VisionConfig) -> dict[
         raise CacheMismatchError(f"cache {cache_dir} has format version {stored.get('format_version')}, this "
                                  f"code reads version {FORMAT_VERSION}; rebuild it with `easyvideor1 cache`")
     if stored.get("params") != cfg.key_params():
+        fresh = f"{str(cache_dir).rstrip('/')}-{entry_key('config', {}, cfg.key_params())[:8]}"
         raise CacheMismatchError(
-            f"cache {cache_dir} was " + describe_mismatch(stored.get("params") or {}, cfg.key_params())
-            + "\nSet the config's vision section to match the cache, or rebuild the cache with these "
-              "parameters into another directory.")
+            f"frame cache {cache_dir} was " + describe_mismatch(stored.get("params") or {}, cfg.key_params())
+            + f". Build a matching cache in a new folder with `{cache_command(cfg, fresh)}` (FILE: the "
+              f"sample file, once per file) and use {fresh} instead, or change the run's vision "
+              "settings (`eval --preset` and its frame options, or the training config's vision "
+              "section) to the cache's values.")
     return stored
 
 

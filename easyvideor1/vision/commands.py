@@ -8,7 +8,8 @@ import logging
 import sys
 
 from easyvideor1.data.loading import DataError, load_records
-from easyvideor1.vision.config import BACKENDS, VisionConfig
+from easyvideor1.evaluation.presets import EVAL_PRESETS, get_preset
+from easyvideor1.vision.config import BACKENDS, CACHE_FLAGS, VisionConfig
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -24,19 +25,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, metavar="DIR", help="cache directory (created if missing)")
     p.add_argument("--data-root", metavar="DIR", help="root for relative media paths (default: the data file's folder)")
     p.add_argument("--workers", type=int, default=None, metavar="N", help="decoding processes (default: one per CPU)")
-    p.add_argument("--family", default=defaults.family, help=f"model family (default {defaults.family})")
-    p.add_argument("--fps", type=float, default=defaults.fps, help=f"frames sampled per second (default {defaults.fps})")
-    p.add_argument("--min-frames", type=int, default=defaults.min_frames, help=f"default {defaults.min_frames}")
-    p.add_argument("--video-max-frames", type=int, default=defaults.max_frames, help=f"default {defaults.max_frames}")
-    p.add_argument("--video-min-pixels", type=int, default=defaults.video_min_pixels,
+    p.add_argument("--preset", default=None, choices=list(EVAL_PRESETS),
+                   help="start from an `eval` preset's frame budget (the flags below override it), so "
+                        "`eval --preset NAME --cache-dir DIR` reads this cache; default: the training "
+                        "defaults shown below")
+    p.add_argument("--family", default=None, help=f"model family (default {defaults.family})")
+    p.add_argument("--fps", type=float, default=None, help=f"frames sampled per second (default {defaults.fps})")
+    p.add_argument("--min-frames", type=int, default=None, help=f"default {defaults.min_frames}")
+    p.add_argument("--video-max-frames", type=int, default=None, help=f"default {defaults.max_frames}")
+    p.add_argument("--video-min-pixels", type=int, default=None,
                    help=f"per frame (default {defaults.video_min_pixels})")
-    p.add_argument("--video-max-pixels", type=int, default=defaults.video_max_pixels,
+    p.add_argument("--video-max-pixels", type=int, default=None,
                    help=f"per frame (default {defaults.video_max_pixels})")
-    p.add_argument("--video-total-pixels", type=int, default=defaults.video_total_pixels,
+    p.add_argument("--video-total-pixels", type=int, default=None,
                    help=f"whole video (default {defaults.video_total_pixels})")
-    p.add_argument("--image-min-pixels", type=int, default=defaults.image_min_pixels,
+    p.add_argument("--image-min-pixels", type=int, default=None,
                    help=f"default {defaults.image_min_pixels}")
-    p.add_argument("--image-max-pixels", type=int, default=defaults.image_max_pixels,
+    p.add_argument("--image-max-pixels", type=int, default=None,
                    help=f"default {defaults.image_max_pixels}")
     p.add_argument("--backend", choices=BACKENDS, default=defaults.backend, help="video decoder (default auto)")
     p.add_argument("--content-hash", action="store_true", help="also hash file contents into the keys (slower)")
@@ -46,12 +51,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> VisionConfig:
-    """The VisionConfig the command line asks for."""
-    return dataclasses.replace(
-        VisionConfig(), family=args.family, fps=args.fps, min_frames=args.min_frames,
-        max_frames=args.video_max_frames, video_min_pixels=args.video_min_pixels,
-        video_max_pixels=args.video_max_pixels, video_total_pixels=args.video_total_pixels,
-        image_min_pixels=args.image_min_pixels, image_max_pixels=args.image_max_pixels, backend=args.backend)
+    """The VisionConfig the command line asks for: the preset's (or the default) budget, then
+    every flag given."""
+    base = get_preset(args.preset).vision if args.preset else VisionConfig()
+    given = {name: getattr(args, flag[2:].replace("-", "_")) for name, flag in CACHE_FLAGS.items()}
+    return dataclasses.replace(base, backend=args.backend, **{k: v for k, v in given.items() if v is not None})
 
 
 def _run(args: argparse.Namespace) -> int:

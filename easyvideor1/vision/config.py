@@ -14,6 +14,14 @@ from typing import Any
 from easyvideor1.models.families import get_family
 
 BACKENDS = ("auto", "torchcodec", "pyav")
+# `easyvideor1 cache` flag of each field that decides the cached pixels (vision/commands.py
+# defines the flags; cache.py writes the command that rebuilds a cache from them).
+CACHE_FLAGS = {
+    "family": "--family", "fps": "--fps", "min_frames": "--min-frames", "max_frames": "--video-max-frames",
+    "video_min_pixels": "--video-min-pixels", "video_max_pixels": "--video-max-pixels",
+    "video_total_pixels": "--video-total-pixels", "image_min_pixels": "--image-min-pixels",
+    "image_max_pixels": "--image-max-pixels",
+}
 _TOKEN = 28 * 28  # pixels of one merged Qwen2-VL token; defaults below are counted in them
 
 

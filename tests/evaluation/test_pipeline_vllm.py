@@ -20,7 +20,9 @@ def _eval(model, data, out, engine, tmp):
            "TORCHINDUCTOR_CACHE_DIR": str(tmp / "inductor")}
     cmd = [sys.executable, "-m", "easyvideor1.cli", "eval", "--model", str(model), "--benchmarks", str(data),
            "--engine", engine, "--out", str(out), "--cache-mode", "realtime", "--dtype", "float32",
-           "--preset", "qwen2_5_vl_greedy", "--max-samples", "12"]
+           "--preset", "qwen2_5_vl_greedy", "--max-samples", "12", "--max-new-tokens", "32"]
+    if engine == "vllm":  # the engine options reach vLLM (which refuses arguments it does not know)
+        cmd += ["--max-model-len", "4096", "--chunked-prefill", "--enforce-eager", "--gpu-memory-utilization", "0.5"]
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)  # ends a hang only
 
 

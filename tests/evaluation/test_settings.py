@@ -74,3 +74,76 @@ def test_template_digest_follows_file_contents(tmp_path):
     (tmp_path / "multiple_choice.jinja").write_text("Q: {{ problem }}")
     assert template_digest(tmp_path) != first
     assert len(template_digest()) == 16  # the built-in templates
+
+
+def test_overrides_land_in_the_settings_and_their_hash():
+    base = presets.settings("qwen2_5_vl_greedy", "m")
+    o = presets.Overrides(max_new_tokens=64, fps=1.0, max_frames=16, video_max_pixels=56 * 56,
+                          image_max_pixels=28 * 28 * 8)
+    got = presets.settings("qwen2_5_vl_greedy", "m", overrides=o)
+    flat = got.flat()
+    assert (flat["sampling.max_new_tokens"], flat["vision.fps"], flat["vision.max_frames"]) == (64, 1.0, 16)
+    assert (flat["vision.video_max_pixels"], flat["vision.image_max_pixels"]) == (3136, 6272)
+    # a maximum below the preset's minimum (128 and 4 tokens of 28x28) lowers the minimum with it
+    assert (flat["vision.video_min_pixels"], flat["vision.image_min_pixels"]) == (3136, 3136)
+    assert flat["vision.min_frames"] == 4 and flat["vision.video_total_pixels"] == base.vision.video_total_pixels
+    # each override alone changes the hash
+    singles = [presets.Overrides(**{k: v}) for k, v in dataclasses.asdict(o).items()]
+    hashes = {presets.settings("qwen2_5_vl_greedy", "m", overrides=s).hash for s in singles}
+    assert len(hashes | {base.hash}) == len(singles) + 1
+    assert presets.settings("qwen2_5_vl_greedy", "m", overrides=presets.Overrides()).hash == base.hash
+    assert o.flags() == {"--max-new-tokens": 64, "--fps": 1.0, "--max-frames": 16, "--video-max-pixels": 3136,
+                         "--image-max-pixels": 6272}
+
+
+def test_impossible_override_names_the_flag():
+    from easyvideor1.errors import UserError
+
+    with pytest.raises(UserError, match=r"--max-new-tokens 0 does not fit preset 'qwen3_vl'.*max_new_tokens"):
+        presets.settings("qwen3_vl", "m", overrides=presets.Overrides(max_new_tokens=0))
+    with pytest.raises(UserError, match=r"--fps -1.0 .*vision.fps must be > 0"):
+        presets.settings("qwen3_vl", "m", overrides=presets.Overrides(fps=-1.0))
+
+
+def test_default_max_model_len_follows_the_budget_and_the_model_cap():
+    from types import SimpleNamespace
+
+    s = presets.settings("qwen2_5_vl_greedy", "m")
+    # 90316800 / 784 video tokens + 2 images of 16384 tokens + 2048 text + 4096 response
+    assert presets.default_max_model_len(s) == 115200 + 2 * 16384 + 2048 + 4096
+    capped = SimpleNamespace(text_config=SimpleNamespace(max_position_embeddings=128000))
+    assert presets.default_max_model_len(s, capped) == 128000
+    small = presets.settings("qwen3_vl", "m", overrides=presets.Overrides(max_new_tokens=100))
+    assert presets.default_max_model_len(small) == 117964800 // 1024 + 2 * 16384 + 2048 + 100
+
+
+def test_engine_flags_reach_the_vllm_arguments():
+    from types import SimpleNamespace
+
+    from easyvideor1 import cli
+    from easyvideor1.evaluation.evaluator import options_from, vllm_engine_args
+
+    args = cli.build_parser().parse_args(
+        ["eval", "--model", "m", "--benchmarks", "b", "--max-model-len", "4096", "--tensor-parallel-size", "2",
+         "--no-enforce-eager", "--gpu-memory-utilization", "0.5", "--chunked-prefill"])
+    o = options_from(**{k: v for k, v in vars(args).items()})
+    got = vllm_engine_args(o, presets.settings("qwen2_5_vl_greedy", "m"), SimpleNamespace())
+    assert got == {"max_model_len": 4096, "tensor_parallel_size": 2, "gpu_memory_utilization": 0.5,
+                   "enforce_eager": False, "enable_chunked_prefill": True}
+    args = cli.build_parser().parse_args(["eval", "--model", "m", "--benchmarks", "b"])
+    o = options_from(**{k: v for k, v in vars(args).items()})
+    got = vllm_engine_args(o, presets.settings("qwen2_5_vl_greedy", "m"), SimpleNamespace(max_position_embeddings=2048))
+    assert got["max_model_len"] == 2048 and "enable_chunked_prefill" not in got  # vLLM's own default
+
+
+def test_qwen2_vl_and_qwen3_5_presets():
+    v = presets.get_preset("qwen2_vl").vision
+    assert (v.family, v.fps, v.max_frames, v.video_total_pixels) == ("qwen2_vl", 2.0, 768, 24576 * 784)
+    s = presets.get_preset("qwen2_vl").sampling
+    assert (s.temperature, s.top_p, s.top_k, s.repetition_penalty) == (0.01, 0.001, 1, 1.05)
+    q = presets.get_preset("qwen3_5")
+    assert q.vision.family == "qwen3_5" and q.vision.video_total_pixels == 117964800  # the Qwen3-VL budget
+    assert (q.sampling.temperature, q.sampling.top_p, q.sampling.top_k, q.sampling.presence_penalty) == (0.7, 0.8, 20, 1.5)
+    t = presets.get_preset("qwen3_5_thinking").sampling
+    assert (t.temperature, t.top_p, t.top_k, t.presence_penalty) == (1.0, 0.95, 20, 1.5)
+    assert presets.get_preset("qwen3_5_greedy").sampling.greedy and presets.get_preset("qwen2_vl_greedy").sampling.greedy

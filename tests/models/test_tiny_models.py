@@ -99,3 +99,22 @@ def test_cli_tiny_model_writes_a_loadable_model(tmp_path, capsys):
     assert AutoModelForImageTextToText.from_pretrained(tmp_path / "m").config.model_type == "qwen3_5"
     with pytest.raises(SystemExit):
         parser.parse_args(["tiny-model", "--family", "llava", "--out", str(tmp_path)])
+
+
+@pytest.mark.parametrize("name", list(MODEL_FAMILIES))
+def test_video_processor_config_as_real_checkpoints(name, tiny_dirs):
+    """`do_sample_frames` is the class default, as in the released checkpoints (Qwen2/2.5-VL ship
+    no video config, so theirs loads as False; Qwen3-VL's video config leaves it at True).
+    test_model_inputs checks that our own frames still match the processor's own sampling."""
+    import json
+
+    import transformers
+
+    family = get_family(name)
+    saved = json.loads((tiny_dirs[name] / "processor_config.json").read_text())["video_processor"]
+    default = getattr(transformers, family.video_processor_class)().do_sample_frames
+    assert saved.get("do_sample_frames", default) == default
+    if name in ("qwen2_vl", "qwen2_5_vl"):
+        assert saved.get("do_sample_frames") is False
+    processor = AutoProcessor.from_pretrained(tiny_dirs[name])
+    assert processor.video_processor.do_sample_frames == default

@@ -11,25 +11,21 @@ from easyvideor1.evaluation.adapters.clips import LIVESPORTS, ODVBENCH
 from easyvideor1.evaluation.adapters.generic import file_benchmark, is_file_benchmark
 from easyvideor1.evaluation.adapters.grounding import CHARADES_STA, STVG
 from easyvideor1.evaluation.adapters.multiple_choice import (
-    HOLMES,
-    LONGVIDEOBENCH,
     LONGVIDEOREASON,
-    LVBENCH,
     MINERVA,
-    MLVU,
-    MLVU_DEV,
     MMVU,
     MMVU_ALL,
     MOTIONBENCH,
     VIDEOMME,
 )
 from easyvideor1.evaluation.adapters.mvbench import MVBENCH
+from easyvideor1.evaluation.adapters.official import HOLMES, LONGVIDEOBENCH, LVBENCH, MLVU, MLVU_DEV
 from easyvideor1.evaluation.adapters.open_ended import VCRBENCH, VIDEOREASONBENCH
 from easyvideor1.evaluation.adapters.ovobench import OVOBENCH
 from easyvideor1.evaluation.adapters.tempcompass import TEMPCOMPASS
 from easyvideor1.evaluation.adapters.videomathqa import VIDEOMATHQA
 from easyvideor1.evaluation.adapters.videomme_v2 import VIDEOMME_V2
-from easyvideor1.evaluation.adapters.videommmu import VIDEOMMMU
+from easyvideor1.evaluation.adapters.videommmu import VIDEOMMMU, VIDEOMMMU_QUESTION_ONLY, add_delta_knowledge
 from easyvideor1.evaluation.adapters.vsibench import VSIBENCH
 
 BENCHMARKS: dict[str, Benchmark] = {
@@ -50,6 +46,7 @@ BENCHMARKS: dict[str, Benchmark] = {
     "mmvu": MMVU,
     "mmvu-all": MMVU_ALL,
     "videommmu": VIDEOMMMU,
+    "videommmu-question-only": VIDEOMMMU_QUESTION_ONLY,
     "videomathqa": VIDEOMATHQA,
     "vsibench": VSIBENCH,
     "charades_sta": CHARADES_STA,
@@ -78,4 +75,7 @@ def get_benchmark(name: str) -> Benchmark:
                      "or give the path of a .json/.jsonl/.parquet sample file")
 
 
-__all__ = ["BENCHMARKS", "PAPER_BENCHMARKS", "Benchmark", "get_benchmark"]
+# Numbers that need several benchmarks' results: called on a run's aggregates by the report.
+CROSS_METRICS = (add_delta_knowledge,)
+
+__all__ = ["BENCHMARKS", "CROSS_METRICS", "PAPER_BENCHMARKS", "Benchmark", "get_benchmark"]

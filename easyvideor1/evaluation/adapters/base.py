@@ -81,6 +81,13 @@ class Benchmark:
     importer: Callable[[Path, Path], list[Sample]] | None = None
     """Reader of the official release layout (annotation path, data root) -> samples; used
     when the annotation file is not in the sample schema."""
+    select: Callable[[Sample], bool] | None = None
+    """Keeps only the prepared samples it returns True for (a benchmark variant over part of a
+    file, e.g. Video-MMMU's question-only Adaptation questions); None keeps all."""
+    official_score: Callable[[str, Sample], float | None] | None = None
+    """The official script's per-sample rule where it differs from the reward scorer's
+    accuracy (None for a sample: the scorer's accuracy; otherwise that stays in the row's parts
+    as `scorer_accuracy`)."""
 
     def find_file(self, data_root: str | os.PathLike) -> Path:
         """The first of `files` present under `data_root` (or its valid_data/, annotations/)."""
@@ -116,7 +123,8 @@ class Benchmark:
         for s in samples:  # labels may need the path as the record wrote it (e.g. video/COIN/x.mp4)
             if s.videos and "://" not in s.videos[0]:
                 s.extra.setdefault("video_relpath", Path(os.path.relpath(s.videos[0], root)).as_posix())
-        return [self.prepare(s, root) for s in samples]
+        prepared = [self.prepare(s, root) for s in samples]
+        return [s for s in prepared if self.select(s)] if self.select is not None else prepared
 
     def prompt(self, sample: Sample, template_dir: str | os.PathLike | None = None) -> str:
         """The user prompt text for `sample` (the package's task templates, or `template_dir`'s)."""
@@ -149,10 +157,15 @@ class Benchmark:
             row = ResultRow.failed(sample, f"scoring failed: {error}", labels, timing)
             row.response = response
             return row
-        return ResultRow(id=sample.problem_id, status="ok", score=float(result.accuracy),
+        parts = {k: float(v) for k, v in result.parts.items()}
+        value = float(result.accuracy)
+        official = self.official_score(response, sample) if self.official_score is not None else None
+        if official is not None:
+            parts["scorer_accuracy"], value = value, float(official)
+        return ResultRow(id=sample.problem_id, status="ok", score=value,
                          prediction=self.extract(response, sample), answer=sample.answer,
                          response=response, problem_type=sample.problem_type,
-                         parts={k: float(v) for k, v in result.parts.items()}, labels=labels,
+                         parts=parts, labels=labels,
                          prompt_tokens=prompt_tokens, output_tokens=output_tokens, timing=timing)
 
     def failed_row(self, sample: Sample, reason: str, timing: dict[str, float] | None = None) -> ResultRow:

@@ -8,9 +8,6 @@ the docstring of the label function says so.
 
 from __future__ import annotations
 
-import re
-from pathlib import PurePosixPath
-
 from easyvideor1.evaluation.adapters.base import Benchmark, extra_label, video_parts
 from easyvideor1.records import Sample
 
@@ -20,14 +17,6 @@ def videomme_labels(sample: Sample) -> dict[str, str]:
     keys = {"duration": "duration", "domain": "domain", "sub_category": "sub_category",
             "task_type": "task_type"}
     return {name: str(sample.extra[k]) for name, k in keys.items() if sample.extra.get(k) not in (None, "")}
-
-
-def mlvu_labels(sample: Sample) -> dict[str, str]:
-    """MLVU's task is not kept in the converted files; the video's source group (the file name
-    prefix: needle, count, order, ego, surveil, movie101...) is the closest grouping they keep."""
-    name = PurePosixPath(sample.videos[0]).name if sample.videos else ""
-    stem = re.sub(r"^test_", "", re.sub(r"[_\-]?\d+\.\w+$", "", name))
-    return {"source": stem or "other"}
 
 
 def mmvu_labels(sample: Sample) -> dict[str, str]:
@@ -57,17 +46,9 @@ MOTIONBENCH = Benchmark(
     name="motionbench", title="MotionBench", files=("motionbench.json",),
     source=f"{_CONVERTED}; categories from the record's original_question_type",
     breakdowns=("question_type",), labels=extra_label("original_question_type", "question_type"))
-LVBENCH = Benchmark(name="lvbench", title="LVBench", files=("lvbench.json",), source=_CONVERTED)
-LONGVIDEOBENCH = Benchmark(name="longvideobench", title="LongVideoBench",
-                           files=("longvideobench.json",), source=_CONVERTED)
-HOLMES = Benchmark(name="holmes", title="Video-Holmes", files=("holmes.json",), source=_CONVERTED)
 MINERVA = Benchmark(name="minerva", title="MINERVA", files=("minerva.json",), source=_CONVERTED)
 LONGVIDEOREASON = Benchmark(name="longvideoreason", title="LongVideo-Reason",
                             files=("longvideoreason.json",), source=_CONVERTED)
-MLVU = Benchmark(name="mlvu", title="MLVU (test)", files=("mlvu.json", "mlvu-test.json"),
-                 source=_CONVERTED, breakdowns=("source",), labels=mlvu_labels)
-MLVU_DEV = Benchmark(name="mlvu-dev", title="MLVU (dev)", files=("mlvu-dev.json",),
-                     source=_CONVERTED, breakdowns=("source",), labels=mlvu_labels)
 MMVU = Benchmark(name="mmvu", title="MMVU (multiple choice)", files=("mmvu.json", "mmvu-mc.json"),
                  source=_CONVERTED, breakdowns=("discipline",), labels=mmvu_labels)
 MMVU_ALL = Benchmark(name="mmvu-all", title="MMVU (all)", files=("mmvu-all.json",),

@@ -16,12 +16,24 @@ Their question text is wrapped in the instructions of OVO-Bench's forward-active
 (paraphrased from the paper's appendix), since the bare text ("pull up the hair ...") does
 not say what to decide. The original type and text stay in `extra`.
 
-Departure: the official forward score of a question is computed over all its test points
-together; here each test point is a question, so a task's score is the mean over test points.
+Forward scoring follows the official offline scorer (`utils/OVOBenchScore.py`,
+`OVOBenchOfflineScore.calculate_score_forward`, read 2026-11 at commit c34093f): every test
+point of every question is scored on its own and a task's accuracy is the mean over all test
+points of the task (test points are pooled, not averaged per question first), which is what a
+mean over the converted file's test-point records gives. The per-test-point rule is the
+official one, applied to the answer (`rewards.format.answer_text`: the `<answer>` content, else
+what follows `</think>`, else the whole response):
+- REC: all digit runs of the answer joined (`"".join(re.findall(r"\d+", answer))`) must equal
+  the count, so "3 times" is right and "3 or 4" wrong;
+- SSR / CRR: the answer is exactly "Y"/"N" for Yes/No, or the ground truth ("Yes" / "No",
+  case-sensitive) occurs in it.
+The per-question view (mean over questions of their test-point means) is reported as the
+extra metric `forward_per_question`; it is not an official number.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from easyvideor1.evaluation.adapters.base import Benchmark, with_extra
@@ -34,6 +46,7 @@ from easyvideor1.evaluation.aggregate import (
 )
 from easyvideor1.evaluation.results import ResultRow
 from easyvideor1.records import Sample
+from easyvideor1.rewards.format import answer_text
 
 MODES = {
     "backward": ("EPM", "ASI", "HLD"),
@@ -64,13 +77,41 @@ def ovo_prepare(sample: Sample, data_root: Path) -> Sample:
                       problem=FORWARD_PROMPTS[task].format(q=sample.problem))
 
 
+def ovo_official_score(response: str, sample: Sample) -> float:
+    """The official per-test-point rule of a forward task (see the module docstring).
+
+    >>> s = Sample(problem="q", answer="3", problem_type="numerical", extra={"ovo_task": "REC"})
+    >>> ovo_official_score("<answer>3 times</answer>", s), ovo_official_score("3 or 4", s)
+    (1.0, 0.0)
+    """
+    task = str(sample.extra.get("ovo_task", ""))
+    answer = answer_text(response)
+    truth = answer_text(sample.answer).strip()
+    if task == "REC":
+        return float("".join(re.findall(r"\d+", answer)) == truth)
+    if task in ("SSR", "CRR"):
+        stripped = answer.strip()
+        if (stripped == "N" and truth == "No") or (stripped == "Y" and truth == "Yes"):
+            return 1.0
+        return float(truth in answer)
+    raise KeyError(task)
+
+
+def ovo_score(response: str, sample: Sample) -> float | None:
+    """`ovo_official_score` for forward test points, None (the scorer's accuracy) otherwise."""
+    return ovo_official_score(response, sample) if sample.extra.get("ovo_task") in FORWARD_TYPES else None
+
+
 def ovo_labels(sample: Sample) -> dict[str, str]:
     """{"task": EPM.., "mode": backward|realtime|forward}."""
     task = str(sample.extra.get("ovo_task", ""))
     mode = str(sample.extra.get("ovo_category", ""))
     if not mode:
         mode = next((m for m, tasks in MODES.items() if task in tasks), "")
-    return {k: v for k, v in (("task", task), ("mode", mode)) if v}
+    labels = {k: v for k, v in (("task", task), ("mode", mode)) if v}
+    if task in FORWARD_TYPES and sample.extra.get("ovo_id") not in (None, ""):
+        labels["question"] = f"{task}/{sample.extra['ovo_id']}"
+    return labels
 
 
 def ovo_summary(name: str, rows: list[ResultRow]) -> Aggregate:
@@ -83,13 +124,18 @@ def ovo_summary(name: str, rows: list[ResultRow]) -> Aggregate:
             modes[mode] = CategoryScore(score=mean(c.score for c in present),
                                         count=sum(c.count for c in present),
                                         failed=sum(c.failed for c in present))
+    metrics = {"micro": mean(r.score for r in rows)}
+    per_question = by_label(rows, "question")
+    if per_question:
+        metrics["forward_per_question"] = mean(c.score for c in per_question.values())
     return Aggregate(benchmark=name, metric="mean of backward/realtime/forward averages",
                      overall=mean(c.score for c in modes.values()), count=len(rows),
-                     failed=failed_count(rows), metrics={"micro": mean(r.score for r in rows)},
+                     failed=failed_count(rows), metrics=metrics,
                      categories={"mode": modes, "task": tasks})
 
 
 OVOBENCH = Benchmark(
     name="ovobench", title="OVO-Bench", files=("ovobench.json",),
     source="converted file from github.com/cyuQ1n/EasyVideoR1; scoring as JoeLeelyf/OVO-Bench",
-    breakdowns=("mode", "task"), labels=ovo_labels, prepare=ovo_prepare, summarize=ovo_summary)
+    breakdowns=("mode", "task"), labels=ovo_labels, prepare=ovo_prepare, summarize=ovo_summary,
+    official_score=ovo_score)

@@ -7,7 +7,10 @@ Official release (github.com/llyx97/TempCompass): `questions/<task>.json` with
 - `yes_no`: answer "yes"/"no" -> the boolean scorer;
 - `caption_matching`: options written "Option 1:", "Caption A:" or "Sentence B:" -> letters
   A, B in order; the answer names one -> its letter; scored as multiple choice.
-`captioning` is not read: its official scoring needs an LLM to match free captions.
+- `captioning`: the model writes a caption; an LLM judge answers the video's first
+  multi-choice question of the same dimension (`multi-choice.json` beside it, as
+  `eval_captioning.py` does) from the caption alone (`rewards.caption_mc`, problem type
+  `caption-mc`). Without a judge these rows fail with a message saying to configure one.
 A converted `tempcompass.json` in the sample schema (EasyVideoR1's) is read as it is.
 
 Reported per dimension and task format; the headline is accuracy over all questions (the
@@ -28,7 +31,7 @@ from easyvideor1.rewards.multiple_choice import LETTERS
 
 _MC_OPTION = re.compile(r"^\(?([A-J])[\.\)]\s*(.+)$")
 _CM_OPTION = re.compile(r"^(?:Option|Caption|Sentence)\s+([A-J1-9])\s*:\s*(.+)$", re.IGNORECASE)
-TASK_TYPES = ("multi-choice", "yes_no", "caption_matching")
+TASK_TYPES = ("multi-choice", "yes_no", "caption_matching", "captioning")
 
 
 def _split(question: str, pattern: re.Pattern) -> tuple[str, list[tuple[str, str]]]:
@@ -65,24 +68,42 @@ def import_tempcompass(path: Path, data_root: Path) -> list[Sample]:
     task = path.stem
     if task not in TASK_TYPES:
         raise DataError(f"{path}: TempCompass task file must be one of "
-                        f"{', '.join(t + '.json' for t in TASK_TYPES)} (captioning needs an LLM judge)")
-    with open(path, encoding="utf-8") as f:
-        data = json.load(f)
-    if not isinstance(data, dict):
-        raise DataError(f"{path}: expected {{video_id: {{dimension: [questions]}}}}")
+                        f"{', '.join(t + '.json' for t in TASK_TYPES)}")
+    data = _read(path)
+    mc = _read(path.with_name("multi-choice.json")) if task == "captioning" else {}
     samples = []
     for video_id, dims in data.items():
         for dim, questions in dims.items():
             for i, q in enumerate(questions):
                 pid = f"{video_id}/{dim}/{i}"
-                problem, answer, ptype, options = _record(task, q, f"{path} {pid}")
+                extra = {"dimension": dim, "task_type": task, "video_id": video_id, "original_answer": q["answer"]}
+                if task == "captioning":
+                    try:
+                        first = mc[video_id][dim][0]
+                    except (KeyError, IndexError):
+                        raise DataError(f"{path} {pid}: multi-choice.json beside it has no question for "
+                                        f"{video_id}/{dim}, which captioning is judged by") from None
+                    problem, answer, ptype, options = q["question"], str(q["answer"]), "caption-mc", None
+                    extra.update(mc_question=first["question"], mc_answer=str(first["answer"]))
+                else:
+                    problem, answer, ptype, options = _record(task, q, f"{path} {pid}")
                 samples.append(Sample(
                     problem=problem, answer=answer, problem_type=ptype, data_type="video",
                     videos=[os.path.normpath(data_root / "videos" / f"{video_id}.mp4")], options=options,
-                    problem_id=pid, data_source="TempCompass",
-                    extra={"dimension": dim, "task_type": task, "video_id": video_id,
-                           "original_answer": q["answer"]}))
+                    problem_id=pid, data_source="TempCompass", extra=extra))
     return samples
+
+
+def _read(path: Path) -> dict:
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        raise DataError(f"{path} is missing (TempCompass captioning is judged against multi-choice.json's "
+                        "questions; keep the questions/ folder whole)") from None
+    if not isinstance(data, dict):
+        raise DataError(f"{path}: expected {{video_id: {{dimension: [questions]}}}}")
+    return data
 
 
 def tempcompass_labels(sample: Sample) -> dict[str, str]:

@@ -1,0 +1,71 @@
+"""report.html in headless Chromium: it renders, every frame thumbnail loads, the console stays
+silent; it holds every benchmark's table and chart and right and wrong responses beside the
+frames the model saw (sampled again with the run's stored budget)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from easyvideor1.data.synth import write_suite
+from easyvideor1.evaluation import presets
+from easyvideor1.evaluation.adapters import get_benchmark
+from easyvideor1.evaluation.html_report import write_run_info
+from easyvideor1.evaluation.report import write_report
+from easyvideor1.evaluation.results import ResultStore
+from easyvideor1.vision.cache import FrameSource
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+TIMEOUT_S = 300  # ends a hang; the page renders in about a second
+
+
+def _dump_dom(page, work):
+    cmd = [CHROMIUM, "--headless", "--disable-gpu", "--no-first-run", "--disable-extensions",
+           "--disable-dev-shm-usage", "--enable-logging=stderr", "--v=0", "--virtual-time-budget=5000",
+           f"--user-data-dir={work / 'profile'}", "--dump-dom", page.as_uri()]
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        cmd.insert(1, "--no-sandbox")
+    env = {**os.environ, "HOME": str(work), "DBUS_SESSION_BUS_ADDRESS": "disabled:"}
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S, env=env, check=False)
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="needs Chromium (apt-get install -y chromium)")
+def test_html_report_renders_with_frames_in_chromium(tmp_path):
+    data = write_suite(tmp_path / "data", num_train=0, num_val=6, seed=4)["val"]
+    out = tmp_path / "run"
+    settings = presets.settings("qwen2_5_vl_greedy", "models/tiny", "hf", overrides=presets.Overrides(
+        fps=1.0, max_frames=4, video_max_pixels=12544, image_max_pixels=12544))
+    bench = get_benchmark(str(data))
+    samples = bench.load()
+    with ResultStore.open(out, bench.name, settings) as store:
+        for i, s in enumerate(samples[:-1]):
+            store.append(bench.result_row(s, s.offline_output if i % 2 == 0 else "<answer>Z</answer>"))
+        store.append(bench.failed_row(samples[-1], "generation failed: <timeout> & more"))
+    write_run_info(out, None, {bench.name: str(data)}, None, "realtime")
+    paths = write_report(out, make_source=FrameSource)
+    page = out / "report.html"
+    assert page in paths
+
+    text = page.read_text()
+    shown = re.findall(r'<div class="sample (right|wrong)"><b>([^<]+)</b>', text)
+    assert [k for k, _ in shown] == ["right", "right", "wrong", "wrong"]  # two of each, right first
+    assert "&lt;timeout&gt; &amp; more" in text or all(i != samples[-1].problem_id for _, i in shown)
+    thumbs = re.findall(r'<img src="([^"]+)"', text)
+    expected = 0
+    for _, sid in shown:
+        media = FrameSource(settings.vision).frames_for_sample(next(s for s in samples if s.problem_id == sid))
+        expected += sum(min(6, m.pixels.shape[0]) for m in media)
+    assert len(thumbs) == expected > 0 and all((out / t).is_file() for t in thumbs)
+    assert text.count("<svg") == 1 + sum(1 for t in json.loads((out / "report.json").read_text())["benchmarks"]
+                                         ["file-val"]["categories"].values() if t)
+
+    proc = _dump_dom(page, tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert f'data-images-loaded="{expected}/{expected}"' in proc.stdout  # every thumbnail decoded
+    assert "CONSOLE" not in proc.stderr, proc.stderr  # no script errors or messages
+    assert "Evaluation: tiny" in proc.stdout and "file-val" in proc.stdout
