@@ -78,10 +78,10 @@ def pass_rate(data: str, out_dir: str, source: Source, params: SamplingParams, k
             "pass-rate", options)
     finally:
         log.close()
-    return finish(data, out, k, data_root, lo, hi)
+    return write_outputs(data, out, k, data_root, lo, hi)
 
 
-def finish(data: str, out: Path, k: int, data_root: str | None, lo: float, hi: float) -> dict:
+def write_outputs(data: str, out: Path, k: int, data_root: str | None, lo: float, hi: float) -> dict:
     """filtered.jsonl, summary.md/json and the histograms, from pass_rates.jsonl."""
     rates: dict[str, float | None] = {}
     types: dict[str, dict] = {}

@@ -11,7 +11,7 @@ import sys
 import time
 from collections import Counter
 
-from conftest import TINY
+from curationfixtures import TINY
 
 from easyvideor1.cli import main
 from easyvideor1.data.loading import load_samples

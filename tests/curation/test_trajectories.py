@@ -11,7 +11,7 @@ from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from conftest import TINY
+from curationfixtures import TINY
 
 from easyvideor1.cli import main
 from easyvideor1.data.loading import load_samples
