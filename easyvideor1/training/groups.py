@@ -164,9 +164,11 @@ def reward_metrics(scored: ScoredGroups, gather=None) -> dict[str, float]:
             if r.offline:
                 values["hybrid/offline_reward"].append(x.overall)
                 continue
+            # A failed reward function is counted in reward/errors, not averaged in as a 0.
             for key, value in (("reward", x.overall), ("accuracy", x.accuracy), ("format", x.format)):
-                values[f"{key}/{ptype}"].append(value)
-                values[f"{key}/all"].append(value)
+                if x.error is None:
+                    values[f"{key}/{ptype}"].append(value)
+                    values[f"{key}/all"].append(value)
             values["response/length"].append(len(r.token_ids))
             values["response/clipped"].append(float(r.finish_reason == "length"))
             values["reward/errors"].append(float(x.error is not None))
