@@ -31,6 +31,7 @@ from easyvideor1.evaluation.presets import settings as preset_settings
 from easyvideor1.evaluation.report import write_report
 from easyvideor1.evaluation.results import ResultStore
 from easyvideor1.evaluation.settings import EvalSettings, template_digest
+from easyvideor1.locks import FolderLock
 from easyvideor1.models.families import family_of
 from easyvideor1.models.loading import load_policy, load_processor
 from easyvideor1.models.mrope import mrope_spec
@@ -126,7 +127,13 @@ class Evaluator:
     def run(self, benchmarks: list[str]) -> dict[str, Any]:
         """Evaluate `benchmarks` (names or sample files); return {benchmark: Aggregate}."""
         o = self.options
-        Path(o.out_dir).mkdir(parents=True, exist_ok=True)
+        # One evaluation per results folder: a second one would interleave rows and redo samples.
+        with FolderLock(o.out_dir, "eval", wait=False,
+                        hint=" (it resumes where it stops), or write to another --out folder"):
+            return self._run_locked(benchmarks)
+
+    def _run_locked(self, benchmarks: list[str]) -> dict[str, Any]:
+        o = self.options
         benches = {b.name: b for b in (get_benchmark(name) for name in benchmarks)}
         stores = {name: ResultStore.open(o.out_dir, name, self.settings) for name in benches}
         items: list[Item] = []

@@ -34,7 +34,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 
-from easyvideor1 import distributed
+from easyvideor1 import distributed, testhooks
 from easyvideor1.training.state_files import StateFileError, read_state, write_state
 
 _NAME = re.compile(r"^step-(\d{6,})$")
@@ -85,6 +85,7 @@ def save_checkpoint(root: str | os.PathLike, step: int, model: torch.nn.Module,
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
         _write_model(tmp, model_sd)
+        testhooks.hit("checkpoint.write")
         write_state(tmp, "optimizer", optim_sd)
         write_state(tmp, "state", {"scheduler": scheduler.state_dict() if scheduler else None,
                                    "rng": rngs, "trainer": trainer_state, "step": step})

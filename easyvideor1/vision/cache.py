@@ -22,11 +22,13 @@ import hashlib
 import json
 import logging
 import os
+import socket
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from easyvideor1 import testhooks
 from easyvideor1.errors import UserError
 from easyvideor1.records import Frames, Sample, VideoMetadata
 from easyvideor1.vision.config import VisionConfig
@@ -98,11 +100,12 @@ def write_entry(path: Path, frames: Frames, header: dict[str, Any]) -> int:
     from safetensors.torch import save_file
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
+    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}@{socket.gethostname()}")  # unique across nodes
     header = {**header, "video_metadata": frames.metadata.to_dict() if frames.metadata else None}
     save_file({"frames": frames.pixels.contiguous()}, str(tmp), metadata={_HEADER: json.dumps(header)})
     with open(tmp, "rb") as f:
         os.fsync(f.fileno())
+    testhooks.hit("cache.entry")
     os.replace(tmp, path)
     return path.stat().st_size
 
