@@ -29,7 +29,7 @@ from easyvideor1.evaluation.pipeline import (
 )
 from easyvideor1.evaluation.presets import settings as preset_settings
 from easyvideor1.evaluation.report import write_report
-from easyvideor1.evaluation.results import ResultStore
+from easyvideor1.evaluation.results import ResultRow, ResultStore
 from easyvideor1.evaluation.settings import EvalSettings, template_digest
 from easyvideor1.locks import FolderLock
 from easyvideor1.models.families import family_of
@@ -138,7 +138,12 @@ class Evaluator:
         stores = {name: ResultStore.open(o.out_dir, name, self.settings) for name in benches}
         items: list[Item] = []
         for name, bench in benches.items():
-            samples = bench.load(o.data_root)[: o.max_samples or None]
+            bad: list[ResultRow] = []  # records that do not load: failed rows, counted, never dropped
+            samples = bench.load(o.data_root, bad_records=bad)[: o.max_samples or None]
+            for row in bad:
+                if row.id not in stores[name].done_ids():
+                    log.warning("%s: %s", name, row.reason)
+                    stores[name].append(row)
             pending = stores[name].pending(samples)
             log.info("%s: %d samples, %d already done, %d to run", name, len(samples),
                      len(samples) - len(pending), len(pending))
