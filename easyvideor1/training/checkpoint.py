@@ -35,6 +35,7 @@ from torch.distributed.checkpoint.state_dict import (
 )
 
 from easyvideor1 import distributed, testhooks
+from easyvideor1.errors import out_of_space
 from easyvideor1.training.state_files import StateFileError, read_state, write_state
 
 _NAME = re.compile(r"^step-(\d{6,})$")
@@ -80,20 +81,28 @@ def save_checkpoint(root: str | os.PathLike, step: int, model: torch.nn.Module,
     optim_sd = get_optimizer_state_dict(model, optimizer, options=opts)
     rngs = distributed.all_gather_objects(rng_state())  # every rank's, in rank order
     final = Path(root) / f"step-{step:06d}"
+    failure: Exception | None = None
     if distributed.rank() == 0:
         tmp = Path(root) / f"{final.name}.tmp-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        _write_model(tmp, model_sd)
-        testhooks.hit("checkpoint.write")
-        write_state(tmp, "optimizer", optim_sd)
-        write_state(tmp, "state", {"scheduler": scheduler.state_dict() if scheduler else None,
-                                   "rng": rngs, "trainer": trainer_state, "step": step})
-        (tmp / "meta.json").write_text(json.dumps({"step": step}))
-        shutil.rmtree(final, ignore_errors=True)
-        os.replace(tmp, final)
-        for old in list_checkpoints(root)[:-keep] if keep > 0 else []:
-            shutil.rmtree(old, ignore_errors=True)
+        try:
+            tmp.mkdir(parents=True)
+            _write_model(tmp, model_sd)
+            testhooks.hit("checkpoint.write")
+            write_state(tmp, "optimizer", optim_sd)
+            write_state(tmp, "state", {"scheduler": scheduler.state_dict() if scheduler else None,
+                                       "rng": rngs, "trainer": trainer_state, "step": step})
+            (tmp / "meta.json").write_text(json.dumps({"step": step}))
+        except Exception as e:  # noqa: BLE001 - every rank must learn of it (below), not hang in the barrier
+            shutil.rmtree(tmp, ignore_errors=True)  # no half checkpoint is left behind
+            failure = out_of_space(e, tmp, "resume (checkpoint.resume=auto): the previous checkpoints are kept") or e
+        else:
+            shutil.rmtree(final, ignore_errors=True)
+            os.replace(tmp, final)
+            for old in list_checkpoints(root)[:-keep] if keep > 0 else []:
+                shutil.rmtree(old, ignore_errors=True)
+    if distributed.any_true(failure is not None):  # one decision: every rank stops alike
+        raise failure if failure is not None else RuntimeError(f"rank 0 failed to write checkpoint {final}")
     distributed.barrier()
     return final if distributed.rank() == 0 else None
 

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from easyvideor1 import testhooks
+from easyvideor1.errors import OutOfSpace, out_of_space
 from easyvideor1.locks import FolderLock
 from easyvideor1.records import Sample
 from easyvideor1.vision.cache import (
@@ -132,6 +133,8 @@ def _run_job(job: Job, cfg: VisionConfig, out_dir: str, verify: bool) -> BuildOu
                   "source": job.source,
                   "params": cfg.key_params(), "start": job.start, "end": job.end}
         size = write_entry(path, frames, header)
+    except OutOfSpace:
+        raise  # not this file's fault: the whole build stops, naming the path
     except MediaError as e:
         return BuildOutcome(job.key, False, e.reason, str(e))
     except Exception as e:  # noqa: BLE001 - reported per file, the run goes on
@@ -205,15 +208,24 @@ def _alive(pid: int) -> bool:
 
 
 def _write_json(path: Path, obj: Any) -> None:
-    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
-    tmp.write_text(json.dumps(obj, indent=1, sort_keys=True))
-    os.replace(tmp, path)
+    _replace_with(path, json.dumps(obj, indent=1, sort_keys=True))
 
 
 def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
+    _replace_with(path, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
+
+
+def _replace_with(path: Path, text: str) -> None:
+    """Write `text` to a temporary file and rename it to `path`: all or nothing, a full disk included."""
     tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
+    try:
+        tmp.write_text(text, encoding="utf-8")
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        full = out_of_space(e, path, "re-run the same command: the entries already written are kept")
+        if full is not None:
+            raise full from e
+        raise
     os.replace(tmp, path)
 
 
