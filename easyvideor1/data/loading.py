@@ -123,6 +123,8 @@ def record_to_sample(raw: dict[str, Any], index: int, data_root: str | os.PathLi
     problem = raw.get("problem", raw.get("question"))
     has_media = any(raw.get(k) for k in ("videos", "video", "path", "images", "image", "image_path"))
     # Media records may leave the text empty (captioning): the template gives the instruction.
+    if problem is not None and not isinstance(problem, str):
+        raise bad(f"'problem' must be a string (the question text), got {type(problem).__name__} {problem!r}")
     if not isinstance(problem, str) or not (problem.strip() or has_media):
         raise bad("missing or empty 'problem' (the question text)")
     answer = raw.get("solution", raw.get("answer"))
@@ -142,6 +144,10 @@ def record_to_sample(raw: dict[str, Any], index: int, data_root: str | os.PathLi
         raise bad("data_type is 'video' but the record names no video ('videos' or 'path')")
     if data_type == "image" and not images:
         raise bad("data_type is 'image' but the record names no image ('images' or 'image_path')")
+    for tag, media in (("<video>", videos), ("<image>", images)):
+        if problem.count(tag) > len(media):
+            raise bad(f"the problem text has {problem.count(tag)} {tag} placeholders but the record names "
+                      f"{len(media)} {tag[1:-1]}(s); put one placeholder per media item, or none (media then go first)")
     options = raw.get("options")
     if isinstance(options, str) and options.strip().startswith("["):
         try:  # VideoMathQA writes options as a Python list literal inside a string

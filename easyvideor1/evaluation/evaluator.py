@@ -37,6 +37,7 @@ from easyvideor1.evaluation.presets import settings as preset_settings
 from easyvideor1.evaluation.report import write_report
 from easyvideor1.evaluation.results import ResultRow, ResultStore
 from easyvideor1.evaluation.settings import EvalSettings, template_digest
+from easyvideor1.locks import FolderLock
 from easyvideor1.models.families import family_of
 from easyvideor1.models.loading import load_policy, load_processor
 from easyvideor1.models.mrope import mrope_spec
@@ -140,6 +141,11 @@ class Evaluator:
         """Evaluate `benchmarks` (names or sample files); return {benchmark: Aggregate}.
         `report=False` skips writing report.md/.json/.png/.html (e.g. when timing the run)."""
         o = self.options
+        with results_lock(o.out_dir):
+            return self._run_locked(benchmarks, report)
+
+    def _run_locked(self, benchmarks: list[str], report: bool) -> dict[str, Any]:
+        o = self.options
         benches, stores, items = plan(benchmarks, self.settings, o)
         write_lock = threading.Lock()  # rows come from the event loop and the judge's threads
         progress = _progress(len(items))
@@ -218,8 +224,15 @@ def plan(benchmarks: list[str], settings: EvalSettings, o: EvalOptions
     specs = {get_benchmark(spec).name: spec for spec in benchmarks}
     benches = {name: get_benchmark(spec) for name, spec in specs.items()}
     stores = {name: ResultStore.open(o.out_dir, name, settings) for name in benches}
-    everything = [Item(key=name, sample=s) for name, bench in benches.items()
-                  for s in bench.load(o.data_root)[: o.max_samples or None]]
+    everything: list[Item] = []
+    for name, bench in benches.items():
+        bad: list[ResultRow] = []  # records that do not load: failed rows, counted, never dropped
+        everything += [Item(key=name, sample=s) for s in bench.load(o.data_root, bad_records=bad)[: o.max_samples or None]]
+        if o.shard is None or o.shard[0] == 0:  # one shard records them, so merged shards do not overlap
+            for row in bad:
+                if row.id not in stores[name].done_ids():
+                    log.warning("%s: %s", name, row.reason)
+                    stores[name].append(row)
     totals = {name: sum(it.key == name for it in everything) for name in benches}
     write_run_info(o.out_dir, o.data_root, specs, o.cache_dir, o.cache_mode, o.shard, totals)
     seconds = lru_cache(maxsize=None)(probe_seconds)  # each video probed once
@@ -235,6 +248,11 @@ def plan(benchmarks: list[str], settings: EvalSettings, o: EvalOptions
         log.info("%s: %d samples%s, %d already done, %d to run", name, mine,
                  f" in shard {o.shard[0]}/{o.shard[1]}" if o.shard else "", mine - todo, todo)
     return benches, stores, items
+
+
+def results_lock(out_dir: str) -> FolderLock:
+    """One evaluation per results folder: a second one would interleave rows and redo samples."""
+    return FolderLock(out_dir, "eval", wait=False, hint=" (it resumes where it stops), or write to another --out folder")
 
 
 def finish(out_dir: str, benches: dict[str, Benchmark], report: bool = True) -> dict[str, Any]:

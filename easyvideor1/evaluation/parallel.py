@@ -29,7 +29,7 @@ from typing import Any
 
 from easyvideor1.errors import UserError
 from easyvideor1.evaluation.adapters import get_benchmark
-from easyvideor1.evaluation.evaluator import EvalOptions, Evaluator, eval_settings, finish, plan
+from easyvideor1.evaluation.evaluator import EvalOptions, Evaluator, eval_settings, finish, plan, results_lock
 from easyvideor1.evaluation.pipeline import Item, split_longest_first
 from easyvideor1.evaluation.presets import Overrides
 from easyvideor1.evaluation.results import ResultRow
@@ -67,6 +67,12 @@ def device_groups(n: int, per_worker: int, devices: list[str]) -> list[str | Non
 def run_data_parallel(model_path: str, engine: str, preset: str, o: EvalOptions, benchmarks: list[str],
                       overrides: Overrides | None = None) -> dict[str, Any]:
     """Evaluate `benchmarks` with `o.data_parallel` engines (see the module docstring)."""
+    with results_lock(o.out_dir):
+        return _run_workers(model_path, engine, preset, o, benchmarks, overrides)
+
+
+def _run_workers(model_path: str, engine: str, preset: str, o: EvalOptions, benchmarks: list[str],
+                 overrides: Overrides | None) -> dict[str, Any]:
     n = o.data_parallel
     settings = eval_settings(model_path, engine, preset, o, overrides=overrides)
     benches, stores, items = plan(benchmarks, settings, o)

@@ -23,7 +23,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Self
 
-from easyvideor1.errors import UserError
+from easyvideor1 import testhooks
+from easyvideor1.errors import UserError, out_of_space
 from easyvideor1.evaluation.settings import (
     UNHASHED_KEYS,
     EvalSettings,
@@ -199,7 +200,8 @@ class ResultStore:
         return [s for s in samples if s.problem_id not in self._rows]
 
     def append(self, row: ResultRow) -> None:
-        """Write one row and flush it to the OS (it survives the process being killed)."""
+        """Write one row straight to the OS (no buffer: it survives the process being killed).
+        A full disk truncates the file back to its last whole row and raises `OutOfSpace`."""
         if self._read_only:
             raise ValueError(f"{self.path} was opened read-only (repair=False); open it with "
                              "ResultStore.open to append")
@@ -208,10 +210,27 @@ class ResultStore:
                              "written ids, so this is a second run over the same sample")
         if self._file is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - kept open across appends
-        self._file.write(row.to_json() + "\n")
-        self._file.flush()
+            self._file = open(self.path, "ab", buffering=0)  # noqa: SIM115 - kept open across appends
+        data = (row.to_json() + "\n").encode("utf-8")
+        whole = os.fstat(self._file.fileno()).st_size
+        try:
+            if testhooks.armed("results.flush"):  # a test kills the run with half this row on disk
+                self._write(data[: len(data) // 2])
+                testhooks.hit("results.flush")
+                data = data[len(data) // 2:]
+            self._write(data)
+        except OSError as e:
+            os.truncate(self.path, whole)  # no partial row left behind
+            full = out_of_space(e, self.path, "re-run the same command: it resumes after the rows written")
+            if full is not None:
+                raise full from e
+            raise
         self._rows[row.id] = row
+
+    def _write(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            view = view[self._file.write(view):]
 
     def close(self) -> None:
         """Close the file (appending again reopens it)."""

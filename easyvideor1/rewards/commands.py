@@ -2,7 +2,7 @@
 
     easyvideor1 score --data SAMPLES.jsonl --responses RESPONSES.jsonl [--out FILE]
 
-Samples are read by `data.loading.load_samples` (JSON, JSONL or Parquet; the benchmark files
+Samples are read by `data.loading.load_records` (JSON, JSONL or Parquet; the benchmark files
 as they are). Each response line is {"problem_id": ..., "response": "..."}; responses are
 matched to samples by problem_id, or by line when the responses carry no ids. One
 RewardResult per line goes to `--out` (default: RESPONSES.scores.jsonl), and mean reward /
@@ -17,10 +17,11 @@ import json
 import sys
 from pathlib import Path
 
-from easyvideor1.data.loading import load_samples, read_records
+from easyvideor1.data.loading import LoadResult, load_records, read_records
 from easyvideor1.records import Sample
 from easyvideor1.rewards.batch import metrics_by_type, score_batch
 from easyvideor1.rewards.config import RewardConfig
+from easyvideor1.rewards.dispatch import canonical_type
 
 
 def read_responses(path: Path) -> list[dict]:
@@ -55,10 +56,13 @@ def match_responses(samples: list[Sample], responses: list[dict], where: str) ->
 
 
 def _run(args: argparse.Namespace) -> int:
-    """Score, write one RewardResult per line, print metrics per problem_type."""
-    samples = load_samples(args.data)
+    """Score, write one RewardResult per line, print metrics per problem_type. A bad record (or
+    one of an unknown problem_type) gets a line with its error instead; the others are scored."""
+    loaded = load_records(args.data)
     responses_path = Path(args.responses)
-    responses = match_responses(samples, read_responses(responses_path), str(responses_path))
+    # Matched before any record is set aside, so that matching by line keeps its alignment.
+    texts = match_responses(loaded.samples, read_responses(responses_path), str(responses_path))
+    samples, responses, bad = _scorable(args.data, loaded, texts)
     cfg = RewardConfig(
         think=args.think, format_weight=args.format_weight, accuracy_weight=1 - args.format_weight
     )
@@ -68,13 +72,35 @@ def _run(args: argparse.Namespace) -> int:
         for sample, result in zip(samples, results):
             row = {"problem_id": sample.problem_id, "problem_type": sample.problem_type}
             f.write(json.dumps({**row, **dataclasses.asdict(result)}, ensure_ascii=False) + "\n")
+        f.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in bad)
+    for row in bad:
+        print(f"not scored: {row['error']}", file=sys.stderr)
     print(f"{'problem_type':<28} {'n':>6} {'reward':>8} {'accuracy':>9} {'format':>7} {'errors':>7}")
     for name, m in metrics_by_type(results, samples).items():
         print(
             f"{name:<28} {m.count:>6} {m.reward:>8.4f} {m.accuracy:>9.4f} {m.format:>7.4f} {m.errors:>7}"
         )
-    print(f"wrote {out}", file=sys.stderr)
-    return 0
+    print(f"wrote {out}" + (f" ({len(bad)} bad records not scored, listed above)" if bad else ""), file=sys.stderr)
+    return 1 if bad else 0
+
+
+def _scorable(path: str, loaded: LoadResult, texts: list[str]) -> tuple[list[Sample], list[str], list[dict]]:
+    """The scorable samples and their responses, and an error row for each record that is not
+    (a bad record, an unknown problem_type)."""
+    bad = [{"problem_id": p.problem_id or f"record-{p.index}",
+            "error": f"bad record: {p} (fix it; `easyvideor1 check-data {path}` lists them all)"}
+           for p in loaded.problems]
+    samples, responses = [], []
+    for sample, text in zip(loaded.samples, texts):
+        try:
+            canonical_type(sample.problem_type)
+        except ValueError as e:
+            bad.append({"problem_id": sample.problem_id, "problem_type": sample.problem_type,
+                        "error": f"sample {sample.problem_id!r}: {e}"})
+            continue
+        samples.append(sample)
+        responses.append(text)
+    return samples, responses, bad
 
 
 def register(subparsers) -> None:

@@ -3,16 +3,23 @@
 Needs Debian's `chromium` (`apt-get install -y chromium`); without it scoring raises a clear
 error (counted per sample by the batch) rather than returning 0. Each page is written to a
 throwaway directory and opened as a file:// URL by a separate Chromium process with its own
-profile, DNS resolution disabled, an unreachable proxy (no network), a time budget for
-scripts and a wall-clock kill; nothing from the page runs in this process. `--no-sandbox` is
-added only when running as root, where Chromium refuses its own sandbox.
+profile, DNS resolution disabled, an unreachable proxy, a time budget for scripts, a
+wall-clock kill and per-process limits on CPU seconds and data memory (`MEMORY_LIMIT_BYTES`);
+nothing from the page runs in this process. Chromium always runs with its own sandbox (never
+`--no-sandbox`): as root, the child first enters a network namespace of its own (no interface
+but a down loopback: no network at all) and then drops to the unprivileged user `nobody`
+before Chromium starts, so neither the browser nor its sandboxed renderers hold root.
 Screenshots are compared with `pixels.similarity` (blank-normalised).
 """
 
 from __future__ import annotations
 
+import ctypes
+import math
 import os
+import pwd
 import re
+import resource
 import shutil
 import subprocess
 import tempfile
@@ -31,6 +38,35 @@ _MARKUP = re.compile(
     r"<(?:html|body|div|p|h[1-6]|table|svg|canvas|span|ul|ol|style|main|section)\b", re.I
 )
 _BROWSERS = ("chromium", "chromium-browser", "google-chrome", "chrome")
+MEMORY_LIMIT_BYTES = 1 << 30  # RLIMIT_DATA of each Chromium process: a page cannot take the machine
+_CLONE_NEWNET = 0x40000000
+_UNPRIVILEGED = "nobody"
+
+
+def _unprivileged_ids() -> tuple[int, int]:
+    try:
+        entry = pwd.getpwnam(_UNPRIVILEGED)
+        return entry.pw_uid, entry.pw_gid
+    except KeyError:
+        return 65534, 65534
+
+
+def _confine(cpu_s: int, drop_to: tuple[int, int] | None):
+    """What the Chromium child runs before exec: limits; as root, own network namespace, then
+    the unprivileged user (in that order: entering a namespace needs root)."""
+
+    def run() -> None:
+        resource.setrlimit(resource.RLIMIT_DATA, (MEMORY_LIMIT_BYTES, MEMORY_LIMIT_BYTES))
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s))
+        if drop_to is not None:
+            if ctypes.CDLL(None, use_errno=True).unshare(_CLONE_NEWNET) != 0:
+                raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNET) failed: no network namespace for Chromium")
+            uid, gid = drop_to
+            os.setgroups([])
+            os.setgid(gid)
+            os.setuid(uid)
+
+    return run
 
 
 @lru_cache(maxsize=8)
@@ -63,10 +99,15 @@ def extract_html(text: str) -> str | None:
 def screenshot(html: str, window: tuple[int, int], chromium: str, timeout_s: float):
     """RGB uint8 array [H, W, 3] of the page, or None when Chromium fails or times out."""
     width, height = window
+    as_root = hasattr(os, "geteuid") and os.geteuid() == 0
+    drop_to = _unprivileged_ids() if as_root else None
     with tempfile.TemporaryDirectory(prefix="ev1-html-") as work:
         page, shot = os.path.join(work, "page.html"), os.path.join(work, "shot.png")
         with open(page, "w", encoding="utf-8") as f:
             f.write(html)
+        if drop_to is not None:  # the unprivileged browser reads the page and writes its profile here
+            os.chown(work, *drop_to)
+            os.chmod(page, 0o644)
         cmd = [
             chromium, "--headless", "--disable-gpu", "--hide-scrollbars", "--mute-audio",
             "--no-first-run", "--disable-extensions", "--disable-sync", "--disable-dev-shm-usage",
@@ -75,11 +116,10 @@ def screenshot(html: str, window: tuple[int, int], chromium: str, timeout_s: flo
             f"--user-data-dir={os.path.join(work, 'profile')}", f"--window-size={width},{height}",
             f"--screenshot={shot}", "file://" + page,
         ]  # fmt: skip
-        if hasattr(os, "geteuid") and os.geteuid() == 0:
-            cmd.insert(1, "--no-sandbox")
         env = {**os.environ, "HOME": work, "DBUS_SESSION_BUS_ADDRESS": "disabled:"}
         try:
-            subprocess.run(cmd, env=env, cwd=work, capture_output=True, timeout=timeout_s)
+            subprocess.run(cmd, env=env, cwd=work, capture_output=True, timeout=timeout_s,
+                           preexec_fn=_confine(math.ceil(timeout_s) + 1, drop_to))
         except subprocess.TimeoutExpired:
             return None
         if not os.path.exists(shot):

@@ -123,9 +123,10 @@ class RolloutStage:
         kept = ScoredGroups([], [], [])
         while True:
             round_ = self.groups(next_prompts(), params)
+            # A response whose reward function failed has no value: it neither adds nor hides signal.
             values = [getattr(r, algo.filter_key, None) if algo.filter_key in ("overall", "accuracy", "format")
-                      else r.parts.get(algo.filter_key, 0.0) for res in round_.results for r in res]
-            ids = [g for g, res in enumerate(round_.results) for _ in res]
+                      else r.parts.get(algo.filter_key, 0.0) for res in round_.results for r in res if r.error is None]
+            ids = [g for g, res in enumerate(round_.results) for r in res if r.error is None]
             result = (filter_groups(torch.tensor(values, dtype=torch.float64), ids, low=algo.filter_low,
                                     high=algo.filter_high)
                       if values else GroupFilter(torch.zeros(0, dtype=torch.bool), [], 0, 0, 0))  # nothing loaded
@@ -164,9 +165,11 @@ def reward_metrics(scored: ScoredGroups, gather=None) -> dict[str, float]:
             if r.offline:
                 values["hybrid/offline_reward"].append(x.overall)
                 continue
+            # A failed reward function is counted in reward/errors, not averaged in as a 0.
             for key, value in (("reward", x.overall), ("accuracy", x.accuracy), ("format", x.format)):
-                values[f"{key}/{ptype}"].append(value)
-                values[f"{key}/all"].append(value)
+                if x.error is None:
+                    values[f"{key}/{ptype}"].append(value)
+                    values[f"{key}/all"].append(value)
             values["response/length"].append(len(r.token_ids))
             values["response/clipped"].append(float(r.finish_reason == "length"))
             values["reward/errors"].append(float(x.error is not None))

@@ -14,7 +14,7 @@ micro-batch boundary runs its prompt once per part, which is exact, only less sh
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -43,16 +43,33 @@ class RolloutBatch:
     ref_log_probs: torch.Tensor | None = None  # [N, T]
     behaviour_log_probs: torch.Tensor | None = None  # [N, T] engine's, 0 where unknown
     advantages: torch.Tensor | None = None  # [N, T]
+    reward_error: torch.Tensor | None = None  # [N] bool: its reward function failed (kept with no tokens)
 
     @property
     def size(self) -> int:
         return len(self.rollouts)
 
+    def statistics_group_ids(self) -> torch.Tensor:
+        """[N] group ids for the advantage estimators: a response whose reward failed is alone in
+        a group of its own, so its group's mean and std ignore it (no stand-in reward 0)."""
+        if self.reward_error is None or not bool(self.reward_error.any()):
+            return self.group_ids
+        alone = len(self.prompts) + torch.arange(self.size)
+        return torch.where(self.reward_error, alone, self.group_ids)
+
 
 def make_batch(prompts: list[Prompt], groups: list[list[Rollout]],
                results: list[RewardResult] | None = None) -> RolloutBatch:
-    """Flatten groups (one per prompt) into a RolloutBatch (`results`: their scores, flattened)."""
+    """Flatten groups (one per prompt) into a RolloutBatch (`results`: their scores, flattened).
+
+    A response whose reward function failed (`RewardResult.error`) keeps its place with no
+    tokens, like a padding response: nothing of it enters the loss, its normaliser or any
+    masked statistic, and `statistics_group_ids` leaves it out of its group's statistics."""
     rollouts = [r for g in groups for r in g]
+    errors = [x.error is not None for x in results or []]
+    if any(errors):
+        rollouts = [replace(r, token_ids=[], logprobs=None, finish_reason="reward_error") if bad else r
+                    for r, bad in zip(rollouts, errors)]
     if not rollouts:
         raise ValueError("no responses in this step (every prompt failed?)")
     n, t = len(rollouts), max(1, max(len(r.token_ids) for r in rollouts))
@@ -67,7 +84,8 @@ def make_batch(prompts: list[Prompt], groups: list[list[Rollout]],
     group_ids = torch.tensor([g for g, grp in enumerate(groups) for _ in grp], dtype=torch.long)
     offline = torch.tensor([r.offline for r in rollouts], dtype=torch.bool)
     return RolloutBatch(prompts, rollouts, group_ids, ids, mask, offline, results=list(results or []),
-                        behaviour_log_probs=behaviour)
+                        behaviour_log_probs=behaviour,
+                        reward_error=torch.tensor(errors, dtype=torch.bool) if any(errors) else None)
 
 
 def to_response_space(values: torch.Tensor, mask: torch.Tensor, lengths: torch.Tensor, width: int) -> torch.Tensor:

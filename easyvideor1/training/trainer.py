@@ -111,7 +111,7 @@ def advantage_stage(run: Run, batch: RolloutBatch, greedy: torch.Tensor | None) 
         penalty = kl_reward_penalty(batch.old_log_probs, batch.ref_log_probs, batch.response_mask,
                                     kind=algo.kl_estimator, coef=run.kl.coef, full_kl=full)
     batch.advantages = ADVANTAGES[algo.adv_estimator](
-        rewards=rewards, group_ids=batch.group_ids, response_mask=batch.response_mask.float(), kl_penalty=penalty,
+        rewards=rewards, group_ids=batch.statistics_group_ids(), response_mask=batch.response_mask.float(), kl_penalty=penalty,
         greedy_rewards=None if greedy is None else greedy[batch.group_ids], reward_parts=parts,
         all_reduce_floats=distributed.all_reduce_floats, **algo.estimator_kwargs())
     mask = batch.response_mask

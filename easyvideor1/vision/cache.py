@@ -22,12 +22,14 @@ import hashlib
 import json
 import logging
 import os
+import socket
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from easyvideor1.errors import UserError
+from easyvideor1 import testhooks
+from easyvideor1.errors import UserError, out_of_space
 from easyvideor1.records import Frames, Sample, VideoMetadata
 from easyvideor1.vision.config import CACHE_FLAGS, VisionConfig
 from easyvideor1.vision.decode import ImageDecodeError, VideoDecodeError, decode_image, decode_video
@@ -98,11 +100,19 @@ def write_entry(path: Path, frames: Frames, header: dict[str, Any]) -> int:
     from safetensors.torch import save_file
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
+    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}@{socket.gethostname()}")  # unique across nodes
     header = {**header, "video_metadata": frames.metadata.to_dict() if frames.metadata else None}
-    save_file({"frames": frames.pixels.contiguous()}, str(tmp), metadata={_HEADER: json.dumps(header)})
-    with open(tmp, "rb") as f:
-        os.fsync(f.fileno())
+    try:
+        save_file({"frames": frames.pixels.contiguous()}, str(tmp), metadata={_HEADER: json.dumps(header)})
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+    except Exception as e:
+        tmp.unlink(missing_ok=True)  # a full disk leaves no half entry behind
+        full = out_of_space(e, path, "re-run the same command: the entries already written are kept")
+        if full is not None:
+            raise full from e
+        raise
+    testhooks.hit("cache.entry")
     os.replace(tmp, path)
     return path.stat().st_size
 

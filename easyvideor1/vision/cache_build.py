@@ -5,6 +5,12 @@ name it; jobs run in worker processes (one FFmpeg/torch thread each) behind a tq
 Finished entries are skipped on re-runs; `verify=True` loads every existing entry in full and
 rebuilds the ones that are damaged. Every sample ends up either in `manifest.jsonl` (the
 sample plus its cache keys) or in `failures.jsonl` (the sample, the file, the reason).
+
+Several builders may run into one folder at once (one per node on a shared filesystem):
+entries are written under unique temporary names and renamed, and the folder's config,
+manifest, failures and index are written under a lock (`locks.FolderLock`), each merged with
+what is there, so every sample of every builder is listed once (a sample built again replaces
+its row) and the index holds every builder's entries.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import socket
 import sys
 import time
 from collections.abc import Iterable
@@ -21,6 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from easyvideor1 import testhooks
+from easyvideor1.errors import OutOfSpace, out_of_space
+from easyvideor1.locks import FolderLock
 from easyvideor1.records import Sample
 from easyvideor1.vision.cache import (
     CONFIG_FILE,
@@ -123,6 +133,8 @@ def _run_job(job: Job, cfg: VisionConfig, out_dir: str, verify: bool) -> BuildOu
                   "source": job.source,
                   "params": cfg.key_params(), "start": job.start, "end": job.end}
         size = write_entry(path, frames, header)
+    except OutOfSpace:
+        raise  # not this file's fault: the whole build stops, naming the path
     except MediaError as e:
         return BuildOutcome(job.key, False, e.reason, str(e))
     except Exception as e:  # noqa: BLE001 - reported per file, the run goes on
@@ -163,12 +175,24 @@ def _prepare_dir(out_dir: Path, cfg: VisionConfig, content_hash: bool) -> None:
     _clear_stale_tmp(out_dir)
 
 
+STALE_REMOTE_TMP_S = 3600  # a temporary entry of another host older than this is a dead writer's
+
+
 def _clear_stale_tmp(out_dir: Path) -> None:
-    """Remove temporary entry files whose writer is gone (a killed run)."""
+    """Remove temporary entry files whose writer is gone (a killed run). Names are
+    `<entry>.tmp<pid>@<host>`: this host's are checked by pid; another host's (a builder on
+    another node of a shared filesystem) only once they are an hour old."""
+    here = socket.gethostname()
     for tmp in (out_dir / "entries").glob("*/*.tmp*"):
-        pid = tmp.name.rsplit(".tmp", 1)[-1]
-        if not (pid.isdigit() and _alive(int(pid))):
-            tmp.unlink(missing_ok=True)
+        pid, _, host = tmp.name.rsplit(".tmp", 1)[-1].partition("@")
+        try:
+            if host and host != here:
+                if time.time() - tmp.stat().st_mtime > STALE_REMOTE_TMP_S:
+                    tmp.unlink(missing_ok=True)
+            elif not (pid.isdigit() and _alive(int(pid))):
+                tmp.unlink(missing_ok=True)
+        except FileNotFoundError:  # renamed or removed by its writer meanwhile
+            pass
 
 
 def _alive(pid: int) -> bool:
@@ -184,15 +208,24 @@ def _alive(pid: int) -> bool:
 
 
 def _write_json(path: Path, obj: Any) -> None:
-    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
-    tmp.write_text(json.dumps(obj, indent=1, sort_keys=True))
-    os.replace(tmp, path)
+    _replace_with(path, json.dumps(obj, indent=1, sort_keys=True))
 
 
 def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
+    _replace_with(path, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
+
+
+def _replace_with(path: Path, text: str) -> None:
+    """Write `text` to a temporary file and rename it to `path`: all or nothing, a full disk included."""
     tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
+    try:
+        tmp.write_text(text, encoding="utf-8")
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        full = out_of_space(e, path, "re-run the same command: the entries already written are kept")
+        if full is not None:
+            raise full from e
+        raise
     os.replace(tmp, path)
 
 
@@ -234,7 +267,8 @@ def build_cache(samples: list[Sample], cfg: VisionConfig, out_dir: str | os.Path
     """
     t0 = time.perf_counter()
     out = Path(out_dir)
-    _prepare_dir(out, cfg, content_hash)
+    with FolderLock(out, "cache"):  # builders running at once into `out` agree on its config
+        _prepare_dir(out, cfg, content_hash)
     params = cfg.key_params()
     report = CacheReport(manifest=str(out / MANIFEST_FILE), failures=str(out / FAILURES_FILE))
     jobs: dict[str, Job] = {}
@@ -285,11 +319,36 @@ def build_cache(samples: list[Sample], cfg: VisionConfig, out_dir: str | os.Path
     report.failed_samples += len(extra)
     for f in failures:
         report.failure_reasons[f.get("reason", "?")] = report.failure_reasons.get(f.get("reason", "?"), 0) + 1
-    _write_jsonl(out / MANIFEST_FILE, manifest)
-    _write_jsonl(out / FAILURES_FILE, failures)
-    _update_index(out, jobs.values(), outcomes)
+    # Other builders may write into `out` at the same time (one per node): take turns, and merge.
+    this_run = {_sample_id(row) for row in manifest + failures}
+    with FolderLock(out, "cache"):
+        _merge_jsonl(out / MANIFEST_FILE, manifest, this_run)
+        _merge_jsonl(out / FAILURES_FILE, failures, this_run)
+        _update_index(out, jobs.values(), outcomes)
     report.seconds = time.perf_counter() - t0
     return report
+
+
+def _sample_id(row: dict[str, Any]) -> str:
+    """What identifies a manifest or failure row's sample: the sample's whole record (a bad
+    record the loader rejected: its file and line)."""
+    if "sample" in row:
+        return json.dumps(row["sample"], sort_keys=True)
+    if "cache_keys" in row:
+        return json.dumps({k: v for k, v in row.items() if k != "cache_keys"}, sort_keys=True)
+    return json.dumps([row.get("file"), row.get("index")])
+
+
+def _merge_jsonl(path: Path, rows: list[dict[str, Any]], this_run: set[str]) -> None:
+    """Write `rows` to `path`, keeping the rows already there of samples this run did not see
+    (another builder's, or an earlier run's); this run's samples replace theirs. Call under the
+    folder's lock."""
+    kept = []
+    if path.exists():
+        kept = [row for row in map(json.loads, path.read_text(encoding="utf-8").splitlines())
+                if _sample_id(row) not in this_run]
+    testhooks.hit("cache.merge")  # tests: widen the read-modify-write window the lock protects
+    _write_jsonl(path, kept + rows)
 
 
 def _update_index(out: Path, jobs: Iterable[Job], outcomes: dict[str, BuildOutcome]) -> None:

@@ -97,9 +97,14 @@ def test_clear_errors(tmp_path):
     broken.write_text('{"response": "B"}\nnot json\n')
     with pytest.raises(ValueError, match="r3.jsonl: line 2 is not valid JSON"):
         run_cli(["score", "--data", str(data), "--responses", str(broken), "--workers", "0"])
-    unknown = write_jsonl(tmp_path / "s2.jsonl", [{"problem": "q", "problem_type": "haiku", "solution": "x"}])
-    with pytest.raises(ValueError, match="haiku"):
-        run_cli(["score", "--data", str(unknown), "--responses", str(short), "--workers", "0"])
+    # An unknown problem_type is that record's error (the others are scored; exit status 1).
+    unknown = write_jsonl(tmp_path / "s2.jsonl", [{"problem": "q", "problem_type": "haiku", "solution": "x"},
+                                                  {"problem": "q", "problem_type": "numerical", "solution": "4"}])
+    two = write_jsonl(tmp_path / "r4.jsonl", [{"response": "B"}, {"response": "<think>.</think><answer>4</answer>"}])
+    assert run_cli(["score", "--data", str(unknown), "--responses", str(two), "--workers", "0"]) == 1
+    rows = [json.loads(line) for line in (tmp_path / "r4.scores.jsonl").read_text().splitlines()]
+    assert rows[0]["problem_id"] == "1" and rows[0]["accuracy"] == 1.0
+    assert rows[1]["problem_id"] == "0" and "haiku" in rows[1]["error"]
 
 
 def test_real_entry_point_in_a_subprocess(tmp_path):

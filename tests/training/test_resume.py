@@ -37,7 +37,7 @@ def test_sigkill_and_resume_equals_uninterrupted(tmp_path):
     proc = _train(killed)
     ckpts = tmp_path / "killed" / "checkpoints"
     deadline = time.monotonic() + TIMEOUT_S
-    while time.monotonic() < deadline and not (ckpts / "step-000001" / "state.pt").exists():
+    while time.monotonic() < deadline and not (ckpts / "step-000001" / "state.json").exists():
         time.sleep(0.05)
     proc.send_signal(signal.SIGKILL)
     proc.wait()

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from easyvideor1 import rewards
-from easyvideor1.data.loading import DataError, load_samples, read_records
+from easyvideor1.data.loading import DataError, load_records, load_samples, read_records
 from easyvideor1.data.templates import render_prompt
 from easyvideor1.evaluation.adapters.extract import extract_prediction
 from easyvideor1.evaluation.aggregate import Aggregate, accuracy
@@ -101,11 +101,14 @@ class Benchmark:
                                 f"Put the file there or pass its path (annotation_file / --annotation).")
 
     def load(self, data_root: str | os.PathLike | None = None,
-             annotation_file: str | os.PathLike | None = None) -> list[Sample]:
+             annotation_file: str | os.PathLike | None = None,
+             bad_records: list[ResultRow] | None = None) -> list[Sample]:
         """Every record as a Sample (media paths resolved against `data_root`, default the
         annotation file's folder), prepared.
 
-        Raises `DataError` listing every bad record: a benchmark is never silently shortened.
+        A benchmark is never silently shortened: without `bad_records` a bad record raises
+        `DataError` listing every one; with it, each bad record becomes a failed row appended
+        there (named by its problem_id, else its position), which counts in every denominator.
         """
         if annotation_file is not None:
             path = Path(annotation_file)
@@ -118,8 +121,16 @@ class Benchmark:
         root = Path(data_root) if data_root is not None else path.parent
         if self.importer is not None and not is_sample_schema(path):
             samples = self.importer(path, root)
-        else:
+        elif bad_records is None:
             samples = load_samples(path, data_root=root, on_error="fail")
+        else:
+            loaded = load_records(path, root)
+            samples = loaded.samples
+            taken = {s.problem_id for s in samples}
+            for p in loaded.problems:
+                rid = p.problem_id if p.problem_id and p.problem_id not in taken else f"record-{p.index}"
+                bad_records.append(ResultRow(id=rid, status="failed", reason=f"bad record: {p} (in {path}; "
+                                             "fix it, `easyvideor1 check-data` lists them all, and re-run)"))
         for s in samples:  # labels may need the path as the record wrote it (e.g. video/COIN/x.mp4)
             if s.videos and "://" not in s.videos[0]:
                 s.extra.setdefault("video_relpath", Path(os.path.relpath(s.videos[0], root)).as_posix())

@@ -1,0 +1,48 @@
+"""Named points where a test can pause or kill a command (`EASYVIDEOR1_TEST_HOOK`).
+
+The chaos and concurrency tests need to SIGKILL a run *inside* a checkpoint write or a results
+flush, or hold one process inside a locked section while another arrives. Timing alone hits
+such windows by luck; these points hit them by name. Unset (every real run), `hit` is a dict
+lookup and returns.
+
+    EASYVIDEOR1_TEST_HOOK="checkpoint.write:2:kill"    SIGKILL self at the 2nd pass
+    EASYVIDEOR1_TEST_HOOK="cache.merge:1:sleep=2.5"    sleep 2.5 s at the 1st pass
+    several, comma-separated
+
+Points: `checkpoint.write` (model written, optimizer and state not yet, before the rename),
+`results.flush` (a result row half written, not yet flushed whole), `cache.entry` (an entry's
+temporary file written, before its rename), `cache.merge` (inside the cache folder's lock,
+between reading and writing the manifest, then the failures).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+
+ENV = "EASYVIDEOR1_TEST_HOOK"
+_counts: dict[str, int] = {}
+
+
+def armed(point: str) -> bool:
+    """Whether the environment names `point` (to set up a window only a test needs)."""
+    return f"{point}:" in os.environ.get(ENV, "")
+
+
+def hit(point: str) -> None:
+    """Pass named point `point`: pause or die here if the environment asks for it."""
+    spec = os.environ.get(ENV)
+    if not spec:
+        return
+    _counts[point] = _counts.get(point, 0) + 1
+    for rule in spec.split(","):
+        name, nth, action = rule.split(":", 2)
+        if name != point or int(nth) != _counts[point]:
+            continue
+        if action == "kill":
+            sys.stdout.flush(), sys.stderr.flush()
+            os.kill(os.getpid(), signal.SIGKILL)
+        elif action.startswith("sleep="):
+            time.sleep(float(action.split("=", 1)[1]))
