@@ -1,6 +1,7 @@
 """Checkpoints: save atomically, keep the newest K, resume exactly.
 
-A checkpoint is a folder `step-000010/` holding the model weights (safetensors), the
+A checkpoint is a folder `step-000010/` holding the model weights (safetensors; under LoRA
+the trainable adapter parameters only), the
 optimizer and LR-schedule states, every RNG state of every rank, the trainer's own state
 (data-loader position, KL coefficient) and the step.
 It is written as `step-000010.tmp-<pid>/` and renamed when complete, so a run killed at any
@@ -32,6 +33,7 @@ from torch.distributed.checkpoint.state_dict import (
 )
 
 from easyvideor1 import distributed
+from easyvideor1.models.lora import has_adapters, trainable_names, trainable_state
 
 _NAME = re.compile(r"^step-(\d{6,})$")
 
@@ -71,7 +73,8 @@ def save_checkpoint(root: str | os.PathLike, step: int, model: torch.nn.Module,
                     keep: int = 2) -> Path | None:
     """Write checkpoint `step` under `root` (rank 0 writes; all ranks must call)."""
     opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
-    model_sd = get_model_state_dict(model, options=opts)
+    # LoRA: the adapters only (the frozen base is the model at `model.path`)
+    model_sd = trainable_state(model) if has_adapters(model) else get_model_state_dict(model, options=opts)
     optim_sd = get_optimizer_state_dict(model, optimizer, options=opts)
     rngs = distributed.all_gather_objects(rng_state())  # every rank's, in rank order
     final = Path(root) / f"step-{step:06d}"
@@ -121,7 +124,16 @@ def load_checkpoint(path: str | os.PathLike, model: torch.nn.Module, optimizer: 
     path = Path(path)
     state = torch.load(path / "state.pt", map_location="cpu", weights_only=False)
     opts = StateDictOptions(full_state_dict=True, broadcast_from_rank0=False)
-    set_model_state_dict(model, load_file(path / "model.safetensors"), options=opts)
+    weights = load_file(path / "model.safetensors")
+    if has_adapters(model):  # the adapters only, which must be this run's (rank, targets)
+        expected = set(trainable_names(model))
+        if set(weights) != expected:
+            raise ValueError(f"checkpoint {path} holds {len(weights)} tensors but this run trains {len(expected)} "
+                             f"(e.g. {sorted(set(weights) ^ expected)[:2]}): resume with the model.lora settings it "
+                             "was written with, or checkpoint.resume=never")
+        set_model_state_dict(model, weights, options=StateDictOptions(full_state_dict=True, strict=False))
+    else:
+        set_model_state_dict(model, weights, options=opts)
     set_optimizer_state_dict(model, optimizer, state["optimizer"], options=opts)
     if scheduler is not None and state["scheduler"] is not None:
         scheduler.load_state_dict(state["scheduler"])
