@@ -46,11 +46,11 @@ class DataConfig:
 @dataclass
 class LoRAConfig:
     rank: int = 0
-    """LoRA rank (0: full fine-tuning, no adapters); the base model is then frozen."""
+    """LoRA rank (0: full fine-tuning; > 0: the base model is frozen and only the adapters train)."""
     alpha: float = 0.0
     """LoRA scale numerator: adapters add (alpha / rank) * B @ A (0: alpha = 2 * rank)."""
     dropout: float = 0.0
-    """Dropout on the adapters' input (training passes only; rollouts and log-prob passes run in eval mode)."""
+    """Dropout on the adapters' input in train-mode passes (the HF engine decodes in eval mode; keep 0 for exact PPO ratios)."""
     target_modules: list[str] = field(default_factory=list)
     """Linear layers to adapt, by last name component (e.g. q_proj); empty: every linear layer of the language model."""
     vision: bool = False
