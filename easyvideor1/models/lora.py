@@ -46,11 +46,13 @@ def linear_targets(model, names: list[str], vision: bool) -> list[str]:
 
 
 def apply_lora(model, rank: int, alpha: float, dropout: float = 0.0, target_modules: list[str] = (),
-               vision: bool = False, modules_to_save: list[str] = ()):
+               vision: bool = False, modules_to_save: list[str] = (), base_dtype: torch.dtype | None = None):
     """Freeze `model` and inject LoRA adapters of `rank` (scale `alpha / rank`) in place; returns it.
 
     B starts at zero (peft's default), so the adapted model computes exactly the base model
-    until the first update.
+    until the first update. `base_dtype` (e.g. bf16, the compute dtype): the frozen parameters
+    are stored in it; they never update, so they need no float32 master copy (half the memory
+    of the base); the trainable ones keep the model's dtype (float32 masters).
     """
     from peft import LoraConfig
 
@@ -59,6 +61,10 @@ def apply_lora(model, rank: int, alpha: float, dropout: float = 0.0, target_modu
     config = LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=dropout, target_modules=targets,
                         modules_to_save=list(modules_to_save) or None, bias="none")
     model.add_adapter(config, adapter_name=ADAPTER)
+    if base_dtype is not None:
+        for p in model.parameters():
+            if not p.requires_grad and p.is_floating_point():
+                p.data = p.data.to(base_dtype)
     return model
 
 

@@ -128,7 +128,7 @@ def build_run(cfg: Config) -> Run:
     lora = m.lora
     if lora.rank:
         apply_lora(model, lora.rank, lora.scale_alpha, lora.dropout, lora.target_modules, lora.vision,
-                   lora.modules_to_save)
+                   lora.modules_to_save, base_dtype=compute_dtype)  # the frozen base: no float32 masters
     # LoRA's reference is the policy with its adapters off: no second copy of the weights.
     reference = (None if not cfg.algorithm.needs_reference
                  else ReferenceView(model) if lora.rank

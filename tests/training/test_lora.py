@@ -25,6 +25,7 @@ from easyvideor1.models.loading import load_policy
 from easyvideor1.models.lora import adapters_disabled
 from easyvideor1.rollout.base import SamplingParams
 from easyvideor1.rollout.hf_engine import HFEngine
+from easyvideor1.training.export import export_checkpoint
 from easyvideor1.training.setup import build_run, load_split
 from easyvideor1.training.sequences import all_logprobs, make_batch
 from easyvideor1.training.trainer import maybe_resume
@@ -45,13 +46,19 @@ def _lora_config(root, model, data, out, **extra):
     return write_config(root, model, data, out, **extra)
 
 
+# The trained runs also train the LM head whole (peft's ModulesToSaveWrapper: a trained copy
+# beside the frozen original, which the reference uses): FSDP2, sync and export handle both kinds.
+SAVE_HEAD = {**LORA, "modules_to_save": ["lm_head"]}
+
+
 @pytest.fixture(scope="module")
 def one_process(setup):  # noqa: F811
     """A 2-step LoRA run in one process with checkpoints (its folder and config)."""
     root, model, data = setup
     out = root / "lora_one"
     shutil.rmtree(out, ignore_errors=True)
-    cfg = _lora_config(root, model, data, out, rollout__parity_check_every=1, checkpoint__every=2)
+    cfg = _lora_config(root, model, data, out, rollout__parity_check_every=1, checkpoint__every=2,
+                       model__lora=SAVE_HEAD)
     proc = _cli(["train", cfg])
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "trainable /" in proc.stderr and "LoRA rank 8" in proc.stderr
@@ -101,7 +108,7 @@ def test_two_processes_equal_one_process(setup, one_process):  # noqa: F811
     one, _ = one_process
     two = root / "lora_two"
     shutil.rmtree(two, ignore_errors=True)
-    cfg = _lora_config(root, model, data, two, rollout__parity_check_every=1)
+    cfg = _lora_config(root, model, data, two, rollout__parity_check_every=1, model__lora=SAVE_HEAD)
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
                            "-m", "easyvideor1.cli", "train", str(cfg)], capture_output=True, text=True,
                           env=_env(), timeout=TIMEOUT_S)
@@ -119,9 +126,10 @@ def test_two_processes_equal_one_process(setup, one_process):  # noqa: F811
     for name in w1:
         assert torch.allclose(w1[name], w2[name], rtol=1e-4, atol=1e-5), name
     changed = {n for n in w0 if not torch.equal(w0[n], w1[n])}
-    assert changed and all(n.endswith("proj.weight") and "visual" not in n for n in changed)
+    assert "lm_head.weight" in changed
+    assert all(n.endswith("proj.weight") and "visual" not in n for n in changed - {"lm_head.weight"})
     saved = load_file(str(one / "checkpoints" / "step-000002" / "model.safetensors"))
-    assert saved and all(".lora_" in k for k in saved)
+    assert saved and all(".lora_" in k or k == "lm_head.modules_to_save.default.weight" for k in saved)
     m1 = [json.loads(l) for l in (one / "metrics.jsonl").read_text().splitlines()]
     m2 = [json.loads(l) for l in (two / "metrics.jsonl").read_text().splitlines()]
     assert [round(r["reward/all"], 6) for r in m1] == [round(r["reward/all"], 6) for r in m2]
@@ -183,8 +191,8 @@ def vllm_env(tmp_path, monkeypatch):
 def test_engines_and_exports_agree_after_training(setup, one_process, vllm_env, tmp_path):  # noqa: F811
     """The trained LoRA policy (resumed from its checkpoint) decodes greedily with the HF engine;
     vLLM started on the base model and synced with the merged weights, and the HF engine on the
-    `export --merge` folder give the same tokens and log-probs (<= 1e-4, float32). The export
-    command's PEFT folder, merged by peft itself, gives the same weights."""
+    `export --merge` folder give the same tokens and log-probs (<= 1e-4, float32). The
+    checkpoint's PEFT adapter folder, merged by peft itself, gives the same weights."""
     from peft import PeftModel
     from transformers import AutoModelForImageTextToText
 
@@ -193,9 +201,10 @@ def test_engines_and_exports_agree_after_training(setup, one_process, vllm_env, 
     root, model, data = setup
     out, cfg_path = one_process
     merged, adapter = tmp_path / "merged", tmp_path / "adapter"
-    for args in (["--out", merged, "--merge"], ["--out", adapter]):
-        proc = _cli(["export", cfg_path, *args])
-        assert proc.returncode == 0, proc.stderr[-4000:]
+    proc = _cli(["export", cfg_path, "--out", merged, "--merge"])  # the newest checkpoint (step 2)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    cfg = load_config(cfg_path, ["checkpoint.resume=auto"])
+    export_checkpoint(cfg, out / "checkpoints" / "step-000002", adapter, merge=False)  # what `export` runs
     w_end = load_file(str(out / "hf_model" / "model.safetensors"))
     w_cli = load_file(str(merged / "model.safetensors"))
     assert set(w_end) == set(w_cli)
@@ -206,7 +215,6 @@ def test_engines_and_exports_agree_after_training(setup, one_process, vllm_env, 
     assert set(by_peft) == set(plain)
     assert all(torch.allclose(by_peft[k], plain[k], atol=1e-6) for k in plain)
 
-    cfg = load_config(cfg_path, ["checkpoint.resume=auto"])
     run = build_run(cfg)
     assert maybe_resume(run) == 2
     prompts, _ = run.prompts.build_many(load_split(cfg.data.train_files, cfg)[:6], seed_slots=(0, 1))
