@@ -8,6 +8,7 @@ parameters, the bytes of parameters + gradients + AdamW states, the process's pe
 step time and update time over --steps steps after one warm-up step; then the ratios LoRA / full.
 
 Usage: OMP_WAIT_POLICY=PASSIVE python benchmarks/lora_memory.py [--size small] [--rank 16] [--steps 3]
+       [--dtype bfloat16]
 """
 
 from __future__ import annotations
@@ -35,9 +36,9 @@ from easyvideor1.training.setup import build_run
 from easyvideor1.training.trainer import train_step
 
 
-def _overrides(work: Path, mode: str, rank: int) -> list[str]:
+def _overrides(work: Path, mode: str, rank: int, dtype: str) -> list[str]:
     out = [f"model.path={work / 'model'}", f"data.train_files=[{work / 'synth' / 'train.jsonl'}]",
-           f"logging.out_dir={work / mode}", "model.dtype=float32", "vision.max_frames=8",
+           f"logging.out_dir={work / mode}", f"model.dtype={dtype}", "vision.max_frames=8",
            "vision.video_min_pixels=3136", "vision.video_max_pixels=12544", "vision.image_min_pixels=3136",
            "vision.image_max_pixels=12544", "training.rollout_batch_size=8", "training.mini_batch_size=8",
            "training.micro_batch_size=8", "training.lr=1e-4", "rollout.n=4", "rollout.max_tokens=32",
@@ -61,9 +62,9 @@ def _state_bytes(run) -> dict[str, int]:
     return {"params": params, "grads": grads, "optimizer": optim, "reference": ref_bytes}
 
 
-def worker(work: Path, mode: str, rank: int, steps: int) -> None:
+def worker(work: Path, mode: str, rank: int, steps: int, dtype: str) -> None:
     logging.basicConfig(level=logging.WARNING)
-    cfg = load_config(None, _overrides(work, mode, rank))
+    cfg = load_config(None, _overrides(work, mode, rank, dtype))
     run = build_run(cfg)
     cuda = torch.cuda.is_available()
     times, updates = [], []
@@ -85,26 +86,28 @@ def main() -> None:
     ap.add_argument("--size", default="small", choices=list(SIZES), help="tiny model size (largest: small)")
     ap.add_argument("--rank", type=int, default=16, help="LoRA rank")
     ap.add_argument("--steps", type=int, default=3, help="timed steps per mode (after 1 warm-up step)")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
+                    help="compute dtype (bfloat16: FSDP2 mixed precision; LoRA stores the frozen base in it)")
     ap.add_argument("--work", default=None, help="folder for the model and data (default: a temp dir)")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     work = Path(args.work or tempfile.mkdtemp(prefix="lora_memory_"))
     if args.worker:
-        worker(work, args.worker, args.rank, args.steps)
+        worker(work, args.worker, args.rank, args.steps, args.dtype)
         return
     build_tiny_model("qwen2_5_vl", work / "model", seed=0, size=args.size)
     write_suite(work / "synth", num_train=32, num_val=0, seed=0)
     results = {}
     for mode in ("full", "lora"):
-        proc = subprocess.run([sys.executable, __file__, "--worker", mode, "--work", str(work), "--rank",
-                               str(args.rank), "--steps", str(args.steps)], capture_output=True, text=True,
-                              env={**os.environ, "HF_HUB_OFFLINE": "1"})
+        cmd = [sys.executable, __file__, "--worker", mode, "--work", str(work), "--rank", str(args.rank),
+               "--steps", str(args.steps), "--dtype", args.dtype]
+        proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
         if proc.returncode:
             raise SystemExit(f"{mode} run failed:\n{proc.stderr[-4000:]}")
         results[mode] = json.loads(proc.stdout.strip().splitlines()[-1])
     full, lora = results["full"], results["lora"]
     mib = 1 / 2**20
-    print(f"\nqwen2_5_vl tiny size '{args.size}', float32, 8 prompts x 4 responses, KL loss on, "
+    print(f"\nqwen2_5_vl tiny size '{args.size}', {args.dtype}, 8 prompts x 4 responses, KL loss on, "
           f"{args.steps} timed steps; LoRA rank {args.rank}")
     rows = [("trainable parameters", "trainable", 1, "{:,.0f}"), ("total parameters", "total", 1, "{:,.0f}"),
             ("policy parameters MiB", "params", mib, "{:.2f}"), ("gradients MiB", "grads", mib, "{:.2f}"),
