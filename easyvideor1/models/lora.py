@@ -112,10 +112,11 @@ class _WithoutAdapters:
 class ReferenceView:
     """The LoRA policy with its adapters off: the reference model of the KL terms, sharing the
     policy's (frozen) base weights. Offers what the log-prob passes use (`models/logprobs.py`):
-    the backbone `model`, the head `lm_head`, `parameters()`, and a full forward."""
+    the backbone `model`, the head `lm_head`, `parameters()`, the HF `config`, and a full forward."""
 
     def __init__(self, policy: torch.nn.Module):
         self.policy = policy
+        self.config = policy.config
         self.model = _WithoutAdapters(policy.model, policy)
         self.lm_head = _WithoutAdapters(policy.lm_head, policy)
 
