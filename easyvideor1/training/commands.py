@@ -1,4 +1,4 @@
-"""`easyvideor1 train` and `easyvideor1 demo`."""
+"""`easyvideor1 train`, `easyvideor1 demo` and `easyvideor1 export`."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def _train(args: argparse.Namespace) -> int:
     if missing:
         raise SystemExit("easyvideor1 train: set " + " and ".join(missing) +
                          (f" in {path} or" if path else "") + " on the command line (--help-config lists every field)")
-    from easyvideor1.training.export import export_hf
+    from easyvideor1.training.export import export_adapter, export_hf
     from easyvideor1.training.report import write_training_report
     from easyvideor1.training.setup import build_run
     from easyvideor1.training.trainer import train
@@ -60,6 +60,38 @@ def _train(args: argparse.Namespace) -> int:
         path = export_hf(run, f"{cfg.logging.out_dir}/hf_model")
         if path:
             print(f"HF model: {path}")
+        if cfg.model.lora.rank:
+            path = export_adapter(run, f"{cfg.logging.out_dir}/adapter")
+            if path:
+                print(f"PEFT adapter: {path}")
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from easyvideor1.config import load_config  # this and the imports below import torch
+    from easyvideor1.training.checkpoint import list_checkpoints
+    from easyvideor1.training.export import export_checkpoint
+
+    path, overrides = _split_config(args)
+    try:
+        cfg = load_config(path, overrides)
+    except config_tree.ConfigError as e:
+        raise SystemExit(f"easyvideor1 export: {e}") from None
+    if not cfg.model.path:
+        raise SystemExit("easyvideor1 export: set model.path (the base model the run trained from)")
+    checkpoint = args.checkpoint
+    if checkpoint is None:
+        found = list_checkpoints(f"{cfg.logging.out_dir}/checkpoints")
+        if not found:
+            raise SystemExit(f"easyvideor1 export: no checkpoint under {cfg.logging.out_dir}/checkpoints; "
+                             "give --checkpoint DIR")
+        checkpoint = found[-1]
+    try:
+        out = export_checkpoint(cfg, checkpoint, args.out, merge=args.merge)
+    except (FileNotFoundError, ValueError) as e:
+        raise SystemExit(f"easyvideor1 export: {e}") from None
+    kind = "HF model" if args.merge or not cfg.model.lora.rank else "PEFT adapter"
+    print(f"{kind}: {out}")
     return 0
 
 
@@ -81,6 +113,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. training.steps=10 rollout.n=4")
     p.add_argument("--help-config", action="store_true", help="list every config field with its default and doc")
     p.set_defaults(func=_train)
+
+    p = subparsers.add_parser("export", help="a training checkpoint as a PEFT adapter or a full HF model folder",
+                              description="Export a checkpoint of a run, given the run's config (and overrides): "
+                                          "a LoRA run's adapter as a PEFT folder, or with --merge (always for "
+                                          "full fine-tuning) a full HF model folder that AutoModelForImageText"
+                                          "ToText and vLLM load.")
+    p.add_argument("config", nargs="?", help="the run's YAML config; optional")
+    p.add_argument("overrides", nargs="*", help="dotted overrides, as given to train")
+    p.add_argument("--checkpoint", default=None, help="checkpoint folder (default: the newest of the run)")
+    p.add_argument("--out", required=True, help="output folder")
+    p.add_argument("--merge", action="store_true", help="merge the adapters into a full HF model folder")
+    p.set_defaults(func=_export)
 
     p = subparsers.add_parser("demo", help="the embedded default: tiny model + synthetic video tasks, on CPU",
                               description="Build a tiny Qwen-VL model and the synthetic task suite, cache the "

@@ -1,31 +1,89 @@
-"""Export the trained policy as an HF-format folder (`from_pretrained` and vLLM load it)."""
+"""Export the trained policy as an HF-format folder (`from_pretrained` and vLLM load it), and a
+LoRA policy also as a PEFT adapter folder: at the end of training (`export_hf`,
+`export_adapter` on a `Run`) or from a checkpoint (`export_checkpoint`, the `export` command).
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from easyvideor1.models.loading import resolve_dtype
+import torch
+from safetensors.torch import load_file
+
+from easyvideor1 import distributed
+from easyvideor1.config import Config
+from easyvideor1.models.loading import load_policy, load_processor, resolve_dtype
+from easyvideor1.models.lora import apply_lora, has_adapters, merged_state_items, save_adapter, trainable_state
 from easyvideor1.training.fsdp import full_state_dict
 from easyvideor1.training.run import Run
 
 
-def export_hf(run: Run, out_dir: str | Path) -> Path | None:
-    """Write config, safetensors weights and the processor to `out_dir` (rank 0); all ranks call."""
-    state = full_state_dict(run.model)
-    if run.rank != 0:
+def write_hf(model, processor, dtype: str, out_dir: str | Path) -> Path | None:
+    """Write config, safetensors weights (in `dtype`) and the processor to `out_dir` (rank 0);
+    all ranks call. A LoRA policy is written merged (`models.lora.merged_state_items`): a plain
+    model of the base's architecture, with no peft needed to load it."""
+    adapted = has_adapters(model)
+    state = dict(merged_state_items(model)) if adapted else full_state_dict(model)
+    if distributed.rank() != 0:
         return None
     # Written in the compute dtype (`model.dtype`), as released checkpoints are, not in the
     # float32 of the master weights.
-    dtype = resolve_dtype(run.cfg.model.dtype)
-    state = {k: v.to(dtype) if v.is_floating_point() else v for k, v in state.items()}
+    dt = resolve_dtype(dtype)
+    state = {k: v.cpu().to(dt) if v.is_floating_point() else v.cpu() for k, v in state.items()}
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    model = run.model
+    if adapted:
+        # save_pretrained on the adapted model writes the adapter only: save through a weightless
+        # skeleton of the base architecture (same config, same names on disk).
+        from transformers import AutoModelForImageTextToText
+
+        with torch.device("meta"):
+            skeleton = AutoModelForImageTextToText.from_config(model.config)
+        skeleton.generation_config = model.generation_config
+        model = skeleton
     saved_dtype = model.config.dtype
-    model.config.dtype = dtype
+    model.config.dtype = dt
     try:
         model.save_pretrained(out, state_dict=state, safe_serialization=True)
     finally:
         model.config.dtype = saved_dtype
-    run.prompts.processor.save_pretrained(out)
+    processor.save_pretrained(out)
     return out
+
+
+def export_hf(run: Run, out_dir: str | Path) -> Path | None:
+    """The run's policy as a full HF folder (`write_hf`); all ranks call."""
+    return write_hf(run.model, run.prompts.processor, run.cfg.model.dtype, out_dir)
+
+
+def export_adapter(run: Run, out_dir: str | Path) -> Path | None:
+    """The LoRA policy's PEFT adapter folder (rank 0 writes); all ranks call."""
+    state = trainable_state(run.model)
+    if run.rank != 0:
+        return None
+    return save_adapter(run.model, state, out_dir, run.cfg.model.path)
+
+
+def export_checkpoint(cfg: Config, checkpoint: str | Path, out_dir: str | Path, merge: bool) -> Path:
+    """A training checkpoint of the run configured by `cfg` as a PEFT adapter folder (LoRA runs),
+    or with `merge` (always for full fine-tuning) as a full HF folder. One process."""
+    m, lora = cfg.model, cfg.model.lora
+    path = Path(checkpoint)
+    if not (path / "model.safetensors").is_file():
+        raise FileNotFoundError(f"no model.safetensors in {path}: expected a checkpoint folder "
+                                f"(<logging.out_dir>/checkpoints/step-NNNNNN)")
+    model = load_policy(m.path, "float32", m.attn_implementation)
+    if lora.rank:
+        apply_lora(model, lora.rank, lora.scale_alpha, lora.dropout, lora.target_modules, lora.vision,
+                   lora.modules_to_save)
+    weights = load_file(str(path / "model.safetensors"))
+    missing, unexpected = model.load_state_dict(weights, strict=False)
+    if unexpected or (lora.rank and set(weights) != {n for n, p in model.named_parameters() if p.requires_grad}):
+        raise ValueError(f"checkpoint {path} does not fit model.path={m.path} with model.lora.rank={lora.rank} "
+                         f"(e.g. {(unexpected or sorted(weights))[:2]}): use the config it was trained with")
+    if not lora.rank and missing:
+        raise ValueError(f"checkpoint {path} lacks {len(missing)} weights (e.g. {missing[:2]}); it was written by "
+                         "a LoRA run: set model.lora.* as in that run")
+    if lora.rank and not merge:
+        return save_adapter(model, trainable_state(model), out_dir, m.path)
+    return write_hf(model, load_processor(m.path), m.dtype, out_dir)

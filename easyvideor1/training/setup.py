@@ -19,6 +19,7 @@ from easyvideor1.data.loading import load_samples
 from easyvideor1.algorithms import make_kl_controller
 from easyvideor1.models.families import family_of
 from easyvideor1.models.loading import load_policy, load_processor, load_reference, resolve_dtype
+from easyvideor1.models.lora import ReferenceView, apply_lora, parameter_counts
 from easyvideor1.models.mrope import mrope_spec
 from easyvideor1.models.shared_prefix import shared_prefix_blocker
 from easyvideor1.records import Sample
@@ -146,11 +147,20 @@ def build_run(cfg: Config) -> Run:
         raise ConfigError(f"model {m.path} is {family.name} but vision.family={cfg.vision.family}: the frame sizes "
                          f"would not fit its grid; set vision.family={family.name}")
     processor = load_processor(m.path)
-    reference = (load_reference(m.path, m.dtype, m.attn_implementation, load_device)
-                 if cfg.algorithm.needs_reference else None)
+    lora = m.lora
+    if lora.rank:
+        apply_lora(model, lora.rank, lora.scale_alpha, lora.dropout, lora.target_modules, lora.vision,
+                   lora.modules_to_save, base_dtype=compute_dtype)  # the frozen base: no float32 masters
+    # LoRA's reference is the policy with its adapters off: no second copy of the weights.
+    reference = (None if not cfg.algorithm.needs_reference
+                 else ReferenceView(model) if lora.rank
+                 else load_reference(m.path, m.dtype, m.attn_implementation, load_device))
     shard(model, param_dtype=None if compute_dtype == torch.float32 else compute_dtype)
-    if reference is not None:
+    if reference is not None and not lora.rank:
         shard(reference)
+    trainable, total = parameter_counts(model)
+    log.info("parameters: %s trainable / %s total (%.2f%%)%s", f"{trainable:,}", f"{total:,}",
+             100 * trainable / total, f", LoRA rank {lora.rank}" if lora.rank else "")
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=cfg.training.lr, weight_decay=cfg.training.weight_decay)
     ctx = ForwardContext(family=family, spec=spec, pad_token_id=processor.tokenizer.pad_token_id,

@@ -1,0 +1,208 @@
+"""LoRA adapters on the policy (peft), and the three views of such a policy the rest needs.
+
+`apply_lora` injects peft's LoRA layers into the loaded transformers model in place (the
+transformers integration, `model.add_adapter`), so the model keeps its class and its module
+names: FSDP2's units (`training/fsdp.py`), the log-prob passes (`model.model`, `model.lm_head`)
+and the engines see the same model as in full fine-tuning. Every base parameter is frozen;
+only the adapters (and `modules_to_save`) train, so only they get AdamW states.
+
+- Reference model: `ReferenceView`, the policy with its adapters switched off for each call
+  (TRL's and veRL's way): no second copy of the weights.
+- Engine sync and merged export: `merged_state_items`, the HF-named weights with each adapter
+  merged into its base weight in float32 (W + scale * B @ A, peft's `get_delta_weight` for a
+  Linear) and each `modules_to_save` copy under the original name.
+- Checkpoints and the PEFT adapter folder: `trainable_state`, the adapter parameters only.
+
+Departure from peft's `get_peft_model`: no `PeftModel` wrapper (it renames every parameter
+`base_model.model.*`, which FSDP units, checkpoints and vLLM's loader would all have to
+strip); the PEFT folder written by `save_adapter` has peft's own names, so
+`PeftModel.from_pretrained(base, folder)` loads it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+
+ADAPTER = "default"  # peft's adapter name; one adapter per policy
+
+
+def linear_targets(model, names: list[str], vision: bool) -> list[str]:
+    """Full module names of the linear layers to adapt: those of the language model (and the
+    vision tower with `vision`), restricted to `names` (last name component) when given."""
+    inner = model.model
+    scopes = [("model.language_model.", inner.language_model)]
+    if vision:
+        scopes.append(("model.visual.", inner.visual))
+    found = [prefix + n for prefix, scope in scopes for n, m in scope.named_modules()
+             if isinstance(m, torch.nn.Linear) and (not names or n.rsplit(".", 1)[-1] in names)]
+    if not found:
+        raise ValueError(f"model.lora.target_modules={names} matches no linear layer of the "
+                         f"{'language model or vision tower' if vision else 'language model'}")
+    return found
+
+
+def apply_lora(model, rank: int, alpha: float, dropout: float = 0.0, target_modules: list[str] = (),
+               vision: bool = False, modules_to_save: list[str] = (), base_dtype: torch.dtype | None = None):
+    """Freeze `model` and inject LoRA adapters of `rank` (scale `alpha / rank`) in place; returns it.
+
+    B starts at zero (peft's default), so the adapted model computes exactly the base model
+    until the first update. `base_dtype` (e.g. bf16, the compute dtype): the frozen parameters
+    are stored in it; they never update, so they need no float32 master copy (half the memory
+    of the base); the trainable ones keep the model's dtype (float32 masters).
+    """
+    from peft import LoraConfig
+
+    targets = linear_targets(model, list(target_modules), vision)
+    model.requires_grad_(False)
+    config = LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=dropout, target_modules=targets,
+                        modules_to_save=list(modules_to_save) or None, bias="none")
+    model.add_adapter(config, adapter_name=ADAPTER)
+    if base_dtype is not None:
+        for p in model.parameters():
+            if not p.requires_grad and p.is_floating_point():
+                p.data = p.data.to(base_dtype)
+    return model
+
+
+def has_adapters(model) -> bool:
+    """Whether `model` carries LoRA adapters (`apply_lora`)."""
+    return ADAPTER in (getattr(model, "peft_config", None) or {})
+
+
+def _adapter_layers(model) -> list[torch.nn.Module]:
+    from peft.tuners.tuners_utils import BaseTunerLayer
+    from peft.utils.other import ModulesToSaveWrapper
+
+    return [m for m in model.modules() if isinstance(m, (BaseTunerLayer, ModulesToSaveWrapper))]
+
+
+@contextmanager
+def adapters_disabled(model):
+    """Run `model` as its base model inside the block. peft's switch also flips the adapters'
+    `requires_grad`; every flag is put back as it was (FSDP2 reads them at each all-gather)."""
+    flags = [(p, p.requires_grad) for p in model.parameters()]
+    layers = _adapter_layers(model)
+    for layer in layers:
+        layer.enable_adapters(False)
+    try:
+        yield
+    finally:
+        for layer in layers:
+            layer.enable_adapters(True)
+        for p, flag in flags:
+            p.requires_grad_(flag)
+
+
+class _WithoutAdapters:
+    """Calls `module` with the adapters of `root` switched off (also when autograd recomputes a
+    checkpointed chunk of the reference head during backward)."""
+
+    def __init__(self, module: torch.nn.Module, root: torch.nn.Module):
+        self.module, self.root = module, root
+
+    def __call__(self, *args, **kwargs):
+        with adapters_disabled(self.root):
+            return self.module(*args, **kwargs)
+
+
+class ReferenceView:
+    """The LoRA policy with its adapters off: the reference model of the KL terms, sharing the
+    policy's (frozen) base weights. Offers what the log-prob passes use (`models/logprobs.py`):
+    the backbone `model`, the head `lm_head`, `parameters()`, the HF `config`, and a full forward."""
+
+    def __init__(self, policy: torch.nn.Module):
+        self.policy = policy
+        self.config = policy.config
+        self.model = _WithoutAdapters(policy.model, policy)
+        self.lm_head = _WithoutAdapters(policy.lm_head, policy)
+
+    def __call__(self, *args, **kwargs):
+        with adapters_disabled(self.policy):
+            return self.policy(*args, **kwargs)
+
+    def parameters(self):
+        return self.policy.parameters()
+
+
+def _full(tensor: torch.Tensor) -> torch.Tensor:
+    return (tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor).detach()
+
+
+def merged_state_items(model) -> Iterator[tuple[str, torch.Tensor]]:
+    """(HF name, tensor) of `model`'s weights as the engines and `from_pretrained` name them,
+    FSDP2 DTensors gathered (a collective: every rank must run through all of it).
+
+    With adapters, each adapted Linear's weight is `W + scale * B @ A`, computed in float32
+    and cast to W's dtype; `modules_to_save` give their trained copy under the original name.
+    Without adapters: the state dict as it is.
+    """
+    adapted = has_adapters(model)
+    pending: dict[str, dict[str, torch.Tensor]] = {}  # adapted Linear -> its W, A, B so far
+    for name, tensor in model.state_dict().items():
+        tensor = _full(tensor)
+        if not adapted:
+            yield name, tensor
+            continue
+        if ".original_module." in name:
+            continue
+        if f".modules_to_save.{ADAPTER}." in name:
+            yield name.replace(f".modules_to_save.{ADAPTER}.", "."), tensor
+            continue
+        for part, key in ((".base_layer.weight", "W"), (f".lora_A.{ADAPTER}.weight", "A"),
+                          (f".lora_B.{ADAPTER}.weight", "B")):
+            if name.endswith(part):
+                prefix = name[: -len(part)]
+                parts = pending.setdefault(prefix, {})
+                parts[key] = tensor
+                if len(parts) == 3:
+                    del pending[prefix]
+                    scale = model.get_submodule(prefix).scaling[ADAPTER]
+                    w = parts["W"]
+                    yield f"{prefix}.weight", (w.float() + scale * (parts["B"].float() @ parts["A"].float())).to(w.dtype)
+                break
+        else:
+            yield name.replace(".base_layer.", "."), tensor
+    if pending:
+        raise RuntimeError(f"adapted layers without all of base weight, lora_A and lora_B: {sorted(pending)[:3]}")
+
+
+def trainable_names(model) -> list[str]:
+    """Names of the parameters that train (the adapters and `modules_to_save` under LoRA)."""
+    return [n for n, p in model.named_parameters() if p.requires_grad]
+
+
+def trainable_state(model) -> dict[str, torch.Tensor]:
+    """The trainable parameters, gathered whole on every rank (a collective under FSDP2)."""
+    return {n: _full(p).cpu() for n, p in model.named_parameters() if p.requires_grad}
+
+
+def parameter_counts(model) -> tuple[int, int]:
+    """(trainable, total) parameter counts (whole, not per-shard, under FSDP2)."""
+    trainable = total = 0
+    for p in model.parameters():
+        n = p.numel()  # a DTensor's numel is the global one
+        total += n
+        trainable += n if p.requires_grad else 0
+    return trainable, total
+
+
+def save_adapter(model, state: dict[str, torch.Tensor], out_dir: str | Path, base_model: str) -> Path:
+    """Write a PEFT adapter folder (`adapter_config.json`, `adapter_model.safetensors`) from
+    `trainable_state(model)`; `PeftModel.from_pretrained(base, out_dir)` loads it."""
+    from peft import get_peft_model_state_dict
+    from safetensors.torch import save_file
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tensors = get_peft_model_state_dict(model, state_dict=state, adapter_name=ADAPTER)
+    # PeftModel wraps the transformers model as `base_model.model`
+    save_file({f"base_model.model.{k}": v.contiguous() for k, v in tensors.items()},
+              str(out / "adapter_model.safetensors"), metadata={"format": "pt"})
+    config = model.peft_config[ADAPTER]
+    config.base_model_name_or_path = str(base_model)
+    config.save_pretrained(str(out))
+    return out
