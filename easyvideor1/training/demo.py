@@ -12,6 +12,8 @@ import time
 from importlib import resources
 from pathlib import Path
 
+from tqdm import tqdm
+
 from easyvideor1.config import load_config
 from easyvideor1.data.loading import load_samples
 from easyvideor1.data.synth import CHANCE, DEMO_TRAIN, DEMO_TRAIN_MIX, DEMO_VAL, TASKS, write_suite
@@ -88,13 +90,13 @@ class Eta:
         rate = timed[len(timed) // 2]  # the median: one slow step (a checkpoint) does not move it
         elapsed = time.monotonic() - self.began
         whole = (elapsed + (self.steps - step) * rate + self.tail_s) / 60
-        print(f"[demo] ETA: step {step}/{self.steps} at {rate:.2f} s/step; training ends in "
-              f"~{(self.steps - step) * rate / 60:.1f} min, the demo in ~{whole:.1f} min in all", flush=True)
+        tqdm.write(f"[demo] ETA: step {step}/{self.steps} at {rate:.2f} s/step; training ends in "
+                   f"~{(self.steps - step) * rate / 60:.1f} min, the demo in ~{whole:.1f} min in all")
         if whole > LIMIT_MINUTES and not self.warned:
             self.warned = True
-            print(f"[demo] WARNING: the demo will take ~{whole:.0f} min, over {LIMIT_MINUTES:g} min: this machine is "
+            tqdm.write(f"[demo] WARNING: the demo will take ~{whole:.0f} min, over {LIMIT_MINUTES:g} min: this machine is "
                   f"slower or busier than the one it was sized on. It still trains all {self.steps} steps (the same "
-                  "table); --steps N trains fewer (a different table).", flush=True)
+                       "table); --steps N trains fewer (a different table).")
 
 
 def run_demo(out: str | Path, steps: int | None = None, hybrid: bool = True, seed: int = 0,
