@@ -5,7 +5,7 @@ with other work slows them alike: compare the ratios. Prints the mean per-stage 
 (prepare = frames + processor, rollout = decoding, update = forward + backward + optimizer) and
 the process's CPU seconds per step (cpu/step, all threads).
 
-Usage: OMP_WAIT_POLICY=PASSIVE python benchmarks/demo_step.py [--steps 8] [--work DIR]
+Usage: OMP_WAIT_POLICY=PASSIVE python benchmarks/demo_step.py [--steps 8] [--work DIR] [--model DIR]
        [--variant NAME=override,override ...]
 """
 
@@ -40,12 +40,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=8, help="timed steps per variant (after 2 warm-up steps)")
     ap.add_argument("--work", default=None, help="folder for model, data and cache (default: a temp dir)")
+    ap.add_argument("--model", default=None,
+                    help="an HF model folder to start from, e.g. a trained demo's runs/demo/train/hf_model (its "
+                         "short answers are the steady state); default: a new random tiny model (long garbage)")
     ap.add_argument("--variant", action="append", default=[], metavar="NAME=OVERRIDES",
                     help="extra variant: a name, '=', comma-separated config overrides")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
     work = Path(args.work or tempfile.mkdtemp(prefix="demo_step_"))
-    model = build_tiny_model("qwen2_5_vl", work / "model", seed=0)
+    model = args.model or build_tiny_model("qwen2_5_vl", work / "model", seed=0)
     paths = write_suite(work / "data", num_train=256, num_val=8, seed=0)
     base = demo_overrides(model, paths, work / "cache", work / "run", seed=0)
     cfg = load_config(demo_config_path(), base)
