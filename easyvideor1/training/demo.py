@@ -73,7 +73,7 @@ class Eta:
     """Prints when the demo should end, from the measured step rate; warns past `LIMIT_MINUTES`.
 
     Only what is printed depends on the clock: the run always trains all its steps, so a slow or
-    busy machine ends later with the same table.
+    busy machine only ends later.
     """
 
     def __init__(self, began: float, steps: int, tail_s: float, first: int = ETA_FIRST):
@@ -95,8 +95,8 @@ class Eta:
         if whole > LIMIT_MINUTES and not self.warned:
             self.warned = True
             tqdm.write(f"[demo] WARNING: the demo will take ~{whole:.0f} min, over {LIMIT_MINUTES:g} min: this machine is "
-                  f"slower or busier than the one it was sized on. It still trains all {self.steps} steps (the same "
-                       "table); --steps N trains fewer (a different table).")
+                  f"slower or busier than the one it was sized on. It still trains all {self.steps} steps, only "
+                       "slower; --steps N trains fewer (a weaker result).")
 
 
 def run_demo(out: str | Path, steps: int | None = None, hybrid: bool = True, seed: int = 0,
