@@ -182,7 +182,10 @@ def write_suite(out_dir: str | Path, num_train: int = 256, num_val: int = 64, se
                 data_type = "image"
             else:
                 media = f"videos/{pid}.mp4"
-                write_video(out / media, px, fps=cfg.fps)
+                # Key frames only: x264's motion search made 3-5 in 150 clips differ from run to
+                # run (the same frames, other bytes, decoded pixels off by up to 34), and with
+                # them the whole training run; intra-only clips are byte-identical for a seed.
+                write_video(out / media, px, fps=cfg.fps, gop=1)
                 data_type = "video"
             rows.append(_record(pid, task, problem, answer, ptype, thought, data_type, media, options))
         paths[split] = out / f"{split}.jsonl"

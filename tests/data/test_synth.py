@@ -99,6 +99,8 @@ def test_deterministic_by_seed(tmp_path):
     assert a["train"].read_text() != c["train"].read_text()
     for sa, sb in zip(load_samples(a["train"]), load_samples(b["train"])):
         assert np.array_equal(_pixels(sa), _pixels(sb))
+        media = (sa.videos or sa.images)[0], (sb.videos or sb.images)[0]
+        assert open(media[0], "rb").read() == open(media[1], "rb").read(), sa.problem_id  # the same bytes
 
 
 def test_offline_outputs_score_full_marks(suite):
