@@ -98,7 +98,7 @@ def _export(args: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace) -> int:
     from easyvideor1.training.demo import run_demo  # imports torch
 
-    run_demo(args.out, steps=args.steps, minutes=args.minutes, hybrid=not args.no_hybrid, seed=args.seed,
+    run_demo(args.out, steps=args.steps, hybrid=not args.no_hybrid, seed=args.seed,
              overrides=args.overrides, num_train=args.train_samples, num_val=args.val_samples)
     return 0
 
@@ -129,10 +129,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("demo", help="the embedded default: tiny model + synthetic video tasks, on CPU",
                               description="Build a tiny Qwen-VL model and the synthetic task suite, cache the "
                                           "frames, measure validation accuracy, train with GRPO + hybrid "
-                                          "groups, measure again, and write a report with plots.")
+                                          "groups, measure again, and write a report with plots. "
+                                          "Threads as for every command (easyvideor1 --help).")
     p.add_argument("--out", default="runs/demo", help="output folder")
-    p.add_argument("--steps", type=int, default=None, help="training steps (default: the demo config's)")
-    p.add_argument("--minutes", type=float, default=13.0, help="stop training after this many minutes")
+    p.add_argument("--steps", type=int, default=None,
+                   help="training steps (default: the demo config's training.steps). A fixed count, not a time "
+                        "budget: one seed gives one table on any machine; an ETA is printed from the step rate")
     p.add_argument("--no-hybrid", action="store_true", help="on-policy only (no offline trajectories)")
     p.add_argument("--seed", type=int, default=0, help="seed of the model, data and training")
     p.add_argument("--train-samples", type=int, default=DEMO_TRAIN, help="synthetic training samples")

@@ -12,9 +12,11 @@ import time
 from importlib import resources
 from pathlib import Path
 
+from tqdm import tqdm
+
 from easyvideor1.config import load_config
 from easyvideor1.data.loading import load_samples
-from easyvideor1.data.synth import CHANCE, DEMO_TRAIN, DEMO_VAL, TASKS, write_suite
+from easyvideor1.data.synth import CHANCE, DEMO_TRAIN, DEMO_TRAIN_MIX, DEMO_VAL, TASKS, write_suite
 from easyvideor1.models.tiny import build_tiny_model
 from easyvideor1.training.report import write_training_report
 from easyvideor1.training.setup import build_run
@@ -24,12 +26,27 @@ from easyvideor1.vision.cache_build import build_cache
 
 log = logging.getLogger(__name__)
 
+LIMIT_MINUTES = 15.0  # the whole demo on a 2-core CPU; the ETA warns past it
+ETA_FIRST = 20  # steps measured before the first ETA
 GROUNDING = ("when", "where")
 CLASSIFICATION = ("colour", "motion", "count", "presence", "image_colour", "image_count")
 
 
 def demo_config_path() -> str:
     return str(resources.files("easyvideor1") / "configs" / "demo_cpu.yaml")
+
+
+def demo_template_path() -> str:
+    """The demo's prompt: question and options only (see the template's comment)."""
+    return str(resources.files("easyvideor1") / "templates" / "demo_terse.jinja")
+
+
+def demo_overrides(model_dir: str | Path, paths: dict[str, Path], cache_dir: str | Path, out_dir: str | Path,
+                   seed: int) -> list[str]:
+    """What the demo sets on top of `demo_cpu.yaml`: its model, data, cache, run folder, seed, prompt."""
+    return [f"model.path={model_dir}", f"data.train_files=[{paths['train']}]", f"data.val_files=[{paths['val']}]",
+            f"data.cache_dir={cache_dir}", f"logging.out_dir={out_dir}", f"training.seed={seed}",
+            f"data.template_dir={demo_template_path()}"]
 
 
 def summary(metrics: dict[str, float]) -> tuple[float, float]:
@@ -52,30 +69,63 @@ def _table(before: dict[str, float], after: dict[str, float]) -> str:
     return "\n".join(lines)
 
 
-def run_demo(out: str | Path, steps: int | None = None, minutes: float = 13.0, hybrid: bool = True, seed: int = 0,
+class Eta:
+    """Prints when the demo should end, from the measured step rate; warns past `LIMIT_MINUTES`.
+
+    Only what is printed depends on the clock: the run always trains all its steps, so a slow or
+    busy machine only ends later.
+    """
+
+    def __init__(self, began: float, steps: int, tail_s: float, first: int = ETA_FIRST):
+        self.began, self.steps, self.tail_s = began, steps, tail_s
+        self.at = {min(first, steps)} | {steps * k // 4 for k in (1, 2, 3)}
+        self.walls: list[float] = []
+        self.warned = False
+
+    def __call__(self, step: int, metrics: dict[str, float]) -> None:
+        self.walls.append(metrics.get("time/wall", 0.0))
+        if step not in self.at:
+            return
+        timed = sorted(self.walls[1:] or self.walls)  # the first step warms up
+        rate = timed[len(timed) // 2]  # the median: one slow step (a checkpoint) does not move it
+        elapsed = time.monotonic() - self.began
+        whole = (elapsed + (self.steps - step) * rate + self.tail_s) / 60
+        tqdm.write(f"[demo] ETA: step {step}/{self.steps} at {rate:.2f} s/step; training ends in "
+                   f"~{(self.steps - step) * rate / 60:.1f} min, the demo in ~{whole:.1f} min in all")
+        if whole > LIMIT_MINUTES and not self.warned:
+            self.warned = True
+            tqdm.write(f"[demo] WARNING: the demo will take ~{whole:.0f} min, over {LIMIT_MINUTES:g} min: this machine is "
+                  f"slower or busier than the one it was sized on. It still trains all {self.steps} steps, only "
+                       "slower; --steps N trains fewer (a weaker result).")
+
+
+def run_demo(out: str | Path, steps: int | None = None, hybrid: bool = True, seed: int = 0,
              overrides: list[str] | None = None, num_train: int = DEMO_TRAIN, num_val: int = DEMO_VAL,
              model_size: str = "tiny") -> dict[str, float]:
-    """Run the whole demo under `out`; return the validation metrics after training."""
+    """Run the whole demo under `out`; return the validation metrics after training.
+
+    Trains a fixed number of steps (`steps`, default the demo config's `training.steps`), so one
+    seed gives one table whatever the machine's speed or load."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     out = Path(out)
     t0 = time.monotonic()
     print(f"[demo] 1/6 tiny model -> {out / 'model'}")
     model_dir = build_tiny_model("qwen2_5_vl", out / "model", seed=seed, size=model_size)
     print(f"[demo] 2/6 synthetic tasks -> {out / 'data'}")
-    paths = write_suite(out / "data", num_train=num_train, num_val=num_val, seed=seed)
+    paths = write_suite(out / "data", num_train=num_train, num_val=num_val, seed=seed, train_mix=DEMO_TRAIN_MIX)
     cfg = load_config(demo_config_path(), [
-        f"model.path={model_dir}", f"data.train_files=[{paths['train']}]", f"data.val_files=[{paths['val']}]",
-        f"data.cache_dir={out / 'cache'}", f"logging.out_dir={out / 'train'}", f"training.seed={seed}",
-        f"training.max_minutes={minutes}", f"hybrid.enable={str(hybrid).lower()}",
+        *demo_overrides(model_dir, paths, out / "cache", out / "train", seed), f"hybrid.enable={str(hybrid).lower()}",
         *([f"training.steps={steps}"] if steps is not None else []), *(overrides or [])])
     print(f"[demo] 3/6 frame cache -> {out / 'cache'}")
     samples = load_samples(paths["train"]) + load_samples(paths["val"])
     build_cache(samples, cfg.vision, out / "cache", workers=2)
     run = build_run(cfg)
     print("[demo] 4/6 validation before training")
+    t_val = time.monotonic()
     before = validate(run)
-    print(f"[demo] 5/6 training ({cfg.training.steps} steps at most, {minutes} min budget)")
-    train(run)
+    t_val = time.monotonic() - t_val
+    print(f"[demo] 5/6 training ({cfg.training.steps} steps)")
+    train(run, on_step=Eta(t0, cfg.training.steps, tail_s=t_val + 5.0))
     print("[demo] 6/6 validation after training")
     after = validate(run)
     table = _table(before, after)

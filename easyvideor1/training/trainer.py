@@ -15,6 +15,7 @@ import itertools
 import json
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -230,8 +231,10 @@ def maybe_resume(run: Run) -> int:
     return int(state["step"])
 
 
-def train(run: Run) -> dict[str, Any]:
-    """Run the loop to `training.steps` (or `training.max_minutes`); return the final metrics."""
+def train(run: Run, on_step: Callable[[int, dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """Run the loop to `training.steps` (or `training.max_minutes`); return the final metrics.
+
+    `on_step(step, metrics)` is called on rank 0 after each step is logged (the demo's ETA)."""
     cfg = run.cfg
     start = maybe_resume(run)
     progress = None
@@ -252,6 +255,8 @@ def train(run: Run) -> dict[str, Any]:
             run.sink.log(step, metrics)
         run.history.append(metrics)
         last = metrics
+        if on_step is not None and run.rank == 0:
+            on_step(step, metrics)
         minutes_left = cfg.training.max_minutes - (time.monotonic() - began) / 60
         out_of_time = bool(cfg.training.max_minutes) and distributed.any_true(minutes_left <= 0)  # one decision
         if progress is not None:

@@ -9,7 +9,7 @@ import pytest
 from PIL import Image
 
 from easyvideor1.data.loading import load_samples
-from easyvideor1.data.synth import COLOURS, DIRECTIONS, LETTERS, TASKS, SynthConfig, write_suite
+from easyvideor1.data.synth import COLOURS, DEMO_TRAIN_MIX, DIRECTIONS, LETTERS, TASKS, SynthConfig, write_suite
 
 
 @pytest.fixture(scope="module")
@@ -47,8 +47,7 @@ def _solve(sample):
     if task in ("count", "image_count"):
         return str(len(_squares(px[0])))
     if task == "presence":
-        asked = sample.problem.split(" a ")[1].split()[0]
-        return "yes" if any(c == asked for *_, c in _squares(px[0])) else "no"
+        return "yes" if lit else "no"
     if task == "when":
         fps = 8
         return json.dumps([lit[0] // fps, (lit[-1] + 1) // fps])
@@ -78,7 +77,7 @@ def test_questions_do_not_leak_answers(suite):
         texts[s.extra["task"]].add((s.problem, tuple(s.options or ())))
         by_task[s.extra["task"]].append(s)
     assert set(by_task) == set(TASKS) and len({len(v) for v in by_task.values()}) == 1  # balanced
-    for task in ("colour", "motion", "count", "when", "image_colour", "image_count"):
+    for task in ("colour", "motion", "count", "presence", "when", "image_colour", "image_count"):
         assert len(texts[task]) == 1, task  # one fixed text: it carries no information
         assert len({s.answer for s in by_task[task]}) > 1, task
     for s in by_task["where"]:  # the text names a second and the frame size, never the box
@@ -100,6 +99,8 @@ def test_deterministic_by_seed(tmp_path):
     assert a["train"].read_text() != c["train"].read_text()
     for sa, sb in zip(load_samples(a["train"]), load_samples(b["train"])):
         assert np.array_equal(_pixels(sa), _pixels(sb))
+        media = (sa.videos or sa.images)[0], (sb.videos or sb.images)[0]
+        assert open(media[0], "rb").read() == open(media[1], "rb").read(), sa.problem_id  # the same bytes
 
 
 def test_offline_outputs_score_full_marks(suite):
@@ -108,3 +109,13 @@ def test_offline_outputs_score_full_marks(suite):
     for s in load_samples(suite / "train.jsonl"):
         result = score(s.offline_output, s)
         assert (result.accuracy, result.format, result.overall) == (1.0, 1.0, 1.0), s.problem_id
+
+
+def test_training_mix_sets_the_shares_of_the_training_split_only(tmp_path):
+    paths = write_suite(tmp_path, num_train=20, num_val=16, seed=1, train_mix=DEMO_TRAIN_MIX)
+    train = [s.extra["task"] for s in load_samples(paths["train"])]
+    val = [s.extra["task"] for s in load_samples(paths["val"])]
+    assert train.count("motion") == 6 and all(train.count(t) == 2 for t in TASKS if t != "motion")
+    assert all(val.count(t) == 2 for t in TASKS)  # held-out: an equal share per task
+    for s in load_samples(paths["train"]):
+        assert _solve(s) == s.answer, s.problem_id
