@@ -32,6 +32,8 @@ WORKERS = {
     "cache": lambda a: a.workers if a.workers is not None else threads.usable_cores(),
     "score": lambda a: a.workers if a.workers is not None else min(8, os.cpu_count() or 1),
     "eval": lambda a: a.load_workers,
+    "pass-rate": lambda a: a.load_workers + a.score_workers,
+    "trajectories": lambda a: a.load_workers + a.score_workers,
 }
 
 

@@ -19,8 +19,9 @@ from dataclasses import dataclass
 
 HELP = ("Threads: every command sets OMP_WAIT_POLICY=PASSIVE and OMP_NUM_THREADS (torch's intra-op threads) "
         "to the usable cores left after its own worker processes or loading threads (cache --workers, "
-        "score --workers, eval --load-workers), divided by the local ranks under torchrun, at least 1, before "
-        "torch is imported. Values already set in the environment are kept.")
+        "score --workers, eval --load-workers, pass-rate and trajectories --load-workers + --score-workers), "
+        "divided by the local ranks under torchrun, at least 1, before torch is imported. Values already set "
+        "in the environment are kept.")
 
 
 @dataclass(frozen=True)
