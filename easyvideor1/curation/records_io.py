@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from easyvideor1.data.loading import DataError, read_records, record_to_sample
+from easyvideor1.data.loading import DataError, make_id_unique, read_records, record_to_sample
 from easyvideor1.errors import UserError
 from easyvideor1.evaluation.settings import differences, settings_hash
 from easyvideor1.records import Sample
@@ -55,11 +55,7 @@ def stream_records(path: str | os.PathLike, data_root: str | os.PathLike | None 
             pid = str(raw.get("problem_id", "")) if isinstance(raw, dict) else ""
             yield InputRecord(index, pid or str(index), raw if isinstance(raw, dict) else None, None, str(e))
             continue
-        n = seen.get(sample.problem_id, 0)
-        seen[sample.problem_id] = n + 1
-        if n:
-            sample.extra["original_problem_id"] = sample.problem_id
-            sample.problem_id = f"{sample.problem_id}#{n + 1}"
+        make_id_unique(sample, seen)
         yield InputRecord(index, sample.problem_id, raw, sample)
 
 

@@ -185,6 +185,17 @@ def record_to_sample(raw: dict[str, Any], index: int, data_root: str | os.PathLi
     )
 
 
+def make_id_unique(sample: Sample, seen: dict[str, int]) -> None:
+    """Real files repeat ids (VideoMathQA's multi-binary variants): keep every record and make the
+    id unique by occurrence (`id#2`, `id#3`, ...), stable across runs (resume relies on it);
+    `seen` counts the ids met so far in the file."""
+    n = seen.get(sample.problem_id, 0)
+    seen[sample.problem_id] = n + 1
+    if n:
+        sample.extra["original_problem_id"] = sample.problem_id
+        sample.problem_id = f"{sample.problem_id}#{n + 1}"
+
+
 def load_records(path: str | os.PathLike, data_root: str | os.PathLike | None = None) -> LoadResult:
     """Every record of a file as a Sample, and a Problem for each record that is not one."""
     root = Path(data_root) if data_root is not None else Path(path).parent
@@ -200,13 +211,7 @@ def load_records(path: str | os.PathLike, data_root: str | os.PathLike | None = 
             result.problems.append(Problem(index, str(raw.get("problem_id", "")) if isinstance(raw, dict) else "",
                                            str(e).split(": ", 1)[-1]))
             continue
-        # Real files repeat ids (VideoMathQA's multi-binary variants): keep every record and
-        # make the id unique by occurrence, which is stable across runs (resume relies on it).
-        n = seen.get(sample.problem_id, 0)
-        seen[sample.problem_id] = n + 1
-        if n:
-            sample.extra["original_problem_id"] = sample.problem_id
-            sample.problem_id = f"{sample.problem_id}#{n + 1}"
+        make_id_unique(sample, seen)
         result.samples.append(sample)
         result.indices.append(index)
     return result
