@@ -42,7 +42,8 @@ How the numbers are counted (printed as a table, also written to $OUT/gpu_check.
 - peak_gib: torch.cuda.max_memory_allocated() over the step (reset before each step).
 - tok/s: the trainer's `perf/tokens_per_s` (prompt tokens once per prompt + response tokens,
   over the whole step). upd_tok/s: LLM tokens of the actor update (every prompt+response
-  sequence, counted by a forward pre-hook on the backbone when gradients are on) / update_s.
+  sequence, or with the group-shared prefix, `shared_prefix` in the JSON, each prompt once plus
+  its responses; counted by a forward pre-hook on the backbone when gradients are on) / update_s.
 - MFU of the actor update = model FLOPs / update_s / peak, peak = 989e12 (H200 dense bf16;
   --peak-tflops to change), model FLOPs = 6 x (params x tokens each runs on), counting
     * LLM decoder layers + final norm (embedding lookups are not FLOPs) x LLM tokens in the update,
@@ -239,7 +240,10 @@ class UpdateCounter:
         if not torch.is_grad_enabled():
             return
         mask, ids = kwargs.get("attention_mask"), kwargs.get("input_ids")
-        self.llm_tokens += int(mask.sum()) if mask is not None else int(ids.numel())
+        if mask is not None and mask.dim() == 4:  # group-shared rows [B, 1, L, L]: a real token sees its
+            self.llm_tokens += int(mask[:, 0, :, 0].sum())  # row's first token; padding sees only itself
+        else:
+            self.llm_tokens += int(mask.sum()) if mask is not None else int(ids.numel())
         self.sequences += int(ids.shape[0]) if mask is not None else 1
         for key, attr in (("image_grid_thw", "images"), ("video_grid_thw", "videos")):
             grid = kwargs.get(key)
@@ -324,6 +328,7 @@ def run_one(name: str, shape: Shape, work: Path, data: dict, args) -> dict:
     params = flop_params(run.model)
     save(status="training", load_s=time.perf_counter() - t0, fsdp2=isinstance(run.model, FSDPModule),
          param_dtype=str(next(run.model.parameters()).dtype).replace("torch.", ""), flop_params=params,
+         shared_prefix=run.ctx.shared_prefix,
          mem_after_load_gib=torch.cuda.memory_allocated() / 2**30 if cuda else None)
     counter = UpdateCounter()
     run.model.model.register_forward_pre_hook(counter.hook, with_kwargs=True)

@@ -34,15 +34,20 @@ def test_tiny_cpu_run_counts_what_the_update_processes(tmp_path):
     for m in report["models"]:
         assert m["status"] == "ok", m
         assert [s["step"] for s in m["steps"]] == [1, 2]
+        # Each prompt is answered n times. With the group-shared prefix (on by default; its
+        # micro-batches hold whole groups here) the update runs every prompt once, as one row
+        # with its n responses; without it, n times, once per response.
+        runs = 1 if m["shared_prefix"] else wl["n"]
+        assert m["shared_prefix"]  # the default for these families (SDPA, full attention)
         for s in m["steps"]:
-            # every prompt answered n times; the update saw both modalities (2 of each per step)
-            assert s["responses"] == s["update_sequences"] == wl["prompts"] * wl["n"]
-            assert s["update_videos"] == s["update_images"] == wl["prompts"] // 2 * wl["n"]
-            # The trainer counts each prompt once plus the responses; the update runs every
-            # prompt n times with its response. A hook firing twice (e.g. in checkpoint
-            # recomputation) or missing a micro-batch breaks this identity.
+            assert s["responses"] == wl["prompts"] * wl["n"]
+            # rows of the update, and both modalities seen (2 of each per step)
+            assert s["update_sequences"] == wl["prompts"] * runs
+            assert s["update_videos"] == s["update_images"] == wl["prompts"] // 2 * runs
+            # The trainer counts each prompt once plus the responses. A hook firing twice (e.g.
+            # in checkpoint recomputation) or missing a micro-batch breaks this identity.
             prompt_tokens = s["step_tokens"] - s["response_tokens"]
-            assert s["update_tokens"] == pytest.approx(wl["n"] * prompt_tokens + s["response_tokens"], abs=0.5)
+            assert s["update_tokens"] == pytest.approx(runs * prompt_tokens + s["response_tokens"], abs=0.5)
             assert 0 < s["response_tokens"] <= s["responses"] * wl["max_tokens"]
             assert s["vision_patches"] > 0 and s["update_flops"] > 0 and s["mfu"] is None  # no peak on CPU
     # Parameter classes of the tiny Qwen2.5-VL (hidden 64, 2 layers, 2 heads, 1 kv head of 32,

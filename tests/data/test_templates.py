@@ -45,6 +45,11 @@ def test_requested_format_round_trips(family, data_type):
     if family == "multiple choice":
         assert all(option in prompt for option in OPTIONS)
     sample.answer = example
+    if family == "caption-mc":  # judged by an LLM reading the caption (tests/evaluation/test_tempcompass_captioning.py)
+        sample.extra.update(mc_question="What happens? A. a dunk B. a pass", mc_answer="A. a dunk")
+        with pytest.raises(ValueError, match="LLM judge"):
+            score(f"<think>Looking at the {data_type}.</think><answer>{example}</answer>", sample)
+        return
     result = score(f"<think>Looking at the {data_type}.</think><answer>{example}</answer>", sample)
     assert (result.overall, result.accuracy, result.format) == (1.0, 1.0, 1.0), (
         family,
