@@ -20,8 +20,13 @@ print(json.dumps({"rc": rc, "wait": os.environ.get("OMP_WAIT_POLICY"),
 """
 
 
+# The child gets a fresh environment, as from a shell: earlier tests in this process (vLLM's
+# engine, for one) leave threading variables behind that a user's shell does not have.
+KEEP = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV")
+
+
 def _run(args, tmp_path, **env_set):
-    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "OMP_NUM_THREADS", "LOCAL_WORLD_SIZE")}
+    env = {k: os.environ[k] for k in KEEP if k in os.environ}
     env.update(env_set, HF_HUB_OFFLINE="1")
     proc = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True, env=env,
                           cwd=tmp_path, timeout=600)
