@@ -99,6 +99,25 @@ def run_hf_qwen_vl_utils(model_path, data, max_new_tokens: int, batch: int = 8) 
     return time.perf_counter() - t0, responses
 
 
+def long_clip_set(work: Path, clips: int, min_s: float, max_s: float, source_fps: float) -> Path:
+    """`clips` generated clips of min_s..max_s seconds (seeded; kept between runs) under
+    `work/clips`, one multiple-choice question each; returns the sample file."""
+    (work / "clips").mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+    rows = []
+    for i in range(clips):
+        seconds = float(rng.uniform(min_s, max_s))
+        clip = work / "clips" / f"long{i:02d}.mp4"
+        if not clip.exists():
+            make_clip(clip, seconds, fps=source_fps)
+        rows.append({"problem_id": f"q{i}", "problem": "Which colour is the square that moves fastest?",
+                     "answer": "C", "problem_type": "multiple choice", "videos": [str(clip)],
+                     "options": ["A. red", "B. green", "C. blue", "D. white"]})
+    data = work / "bench.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return data
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--clips", type=int, default=16)
@@ -113,19 +132,7 @@ def main() -> None:
     skip = set(args.skip.split(","))
     logging.basicConfig(level=logging.WARNING)
     work = Path(args.work or tempfile.mkdtemp(prefix="eval_speed_"))
-    (work / "clips").mkdir(parents=True, exist_ok=True)
-    rng = np.random.default_rng(0)
-    rows = []
-    for i in range(args.clips):
-        seconds = float(rng.uniform(args.min_s, args.max_s))
-        clip = work / "clips" / f"long{i:02d}.mp4"
-        if not clip.exists():
-            make_clip(clip, seconds, fps=args.source_fps)
-        rows.append({"problem_id": f"q{i}", "problem": "Which colour is the square that moves fastest?",
-                     "answer": "C", "problem_type": "multiple choice", "videos": [str(clip)],
-                     "options": ["A. red", "B. green", "C. blue", "D. white"]})
-    data = work / "bench.jsonl"
-    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    data = long_clip_set(work, args.clips, args.min_s, args.max_s, args.source_fps)
     model = build_tiny_model("qwen2_5_vl", work / f"model-{args.size}", seed=0, size=args.size)
     t0 = time.perf_counter()
     build_cache(load_samples(data), VISION, work / "cache", workers=2, progress=False)

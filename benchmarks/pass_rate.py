@@ -29,9 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-from decode_cache import make_clip
-from eval_speed import VISION
+from eval_speed import VISION, long_clip_set
 
 from easyvideor1.curation.pass_rate import pass_rate
 from easyvideor1.curation.runner import RunOptions
@@ -101,19 +99,7 @@ def main() -> None:
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
     work = Path(args.work or tempfile.mkdtemp(prefix="pass_rate_"))
-    (work / "clips").mkdir(parents=True, exist_ok=True)
-    rng = np.random.default_rng(0)
-    rows = []
-    for i in range(args.clips):
-        seconds = float(rng.uniform(args.min_s, args.max_s))
-        clip = work / "clips" / f"long{i:02d}.mp4"
-        if not clip.exists():
-            make_clip(clip, seconds, fps=args.source_fps)
-        rows.append({"problem_id": f"q{i}", "problem": "Which colour is the square that moves fastest?",
-                     "answer": "C", "problem_type": "multiple choice", "videos": [str(clip)],
-                     "options": ["A. red", "B. green", "C. blue", "D. white"]})
-    data = work / "bench.jsonl"
-    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    data = long_clip_set(work, args.clips, args.min_s, args.max_s, args.source_fps)
     model = build_tiny_model("qwen2_5_vl", work / "model", seed=0)
     cache = work / "cache"
     if not cache.exists():
