@@ -1,7 +1,7 @@
 """Batch any mix of video, image and text sequences for one forward pass.
 
 Padded (right padding for training, left for generation) or padding-free (all sequences
-packed in one row, attention separated by text position ids restarting at 0).
+packed in one row, attention separated per sequence by `models.packing`).
 
 Every rank must make the same sequence of calls into the model, or FSDP's collectives
 mismatch and abort (ENVIRONMENT.md). A Qwen-VL forward runs the vision tower once for the
@@ -23,6 +23,7 @@ import torch
 from easyvideor1.models.families import Family
 from easyvideor1.models.inputs import ModelInputs, check_placeholders
 from easyvideor1.models.mrope import MRopeSpec
+from easyvideor1.models.packing import Packing
 
 MODEL_KEYS = (
     "input_ids",
@@ -34,6 +35,7 @@ MODEL_KEYS = (
     "pixel_values_videos",
     "video_grid_thw",
     "second_per_grid_ts",
+    "packing",
 )
 
 
@@ -49,7 +51,7 @@ class Batch:
     """[B, L] long, 0 on padding and the dummy token; None when padding-free; or [B, 1, L, L]
     bool (True: attend) for group-shared rows (`models.shared_prefix`)."""
     position_ids: torch.Tensor
-    """[4, B, L] long: row 0 text ids (restart at 0 per packed sequence), rows 1-3 M-RoPE t/h/w."""
+    """[4, B, L] long: row 0 text ids (0..L-1 over a packed row), rows 1-3 M-RoPE t/h/w."""
     mm_token_type_ids: torch.Tensor
     """[B, L] int: 0 text, 1 image, 2 video."""
     loss_mask: torch.Tensor
@@ -71,6 +73,8 @@ class Batch:
     predict_from: torch.Tensor | None = None
     """[B, L] long: column whose hidden state predicts token t (None: t - 1; group-shared rows
     score a response's first token from the prompt's last)."""
+    packing: Packing | None = None
+    """Block bounds of a padding-free row (B = 1; `models.packing`); None when padded."""
 
     def model_kwargs(self) -> dict:
         """Keyword arguments for the HF model's forward / generate (None entries dropped)."""
@@ -84,6 +88,8 @@ class Batch:
             if isinstance(v, torch.Tensor):
                 cast = dtype if (dtype is not None and f.name.startswith("pixel_values")) else None
                 v = v.to(device=device, dtype=cast) if cast else v.to(device)
+            elif isinstance(v, Packing):
+                v = v.to(device)
             moved[f.name] = v
         return Batch(**moved)
 
@@ -174,20 +180,22 @@ def _pad(seqs, dummies, pad_token_id: int, side: str) -> dict:
 
 
 def _pack(seqs, dummies) -> dict:
-    """Concatenate `seqs` (then the dummies) into one row; text ids restart at 0 per sequence."""
+    """Concatenate `seqs`, then the dummies, into one row: each sequence and each dummy is a block
+    of its own (`models.packing`); text ids count 0..L-1 over the row."""
     parts = seqs + list(dummies)
-    spans, start = [], 0
-    for s in seqs:
-        spans.append((0, start, start + len(s["input_ids"])))
-        start += len(s["input_ids"])
-    text = torch.cat([torch.arange(len(s["input_ids"])) for s in parts])
+    spans, bounds = [], [0]
+    for s in parts:
+        bounds.append(bounds[-1] + len(s["input_ids"]))
+    spans = [(0, bounds[i], bounds[i + 1]) for i in range(len(seqs))]
+    mrope = torch.cat([s["mrope"] for s in parts], dim=1)
     return dict(
         input_ids=torch.cat([s["input_ids"] for s in parts])[None],
         attention_mask=None,
-        position_ids=torch.cat([text[None], torch.cat([s["mrope"] for s in parts], dim=1)])[:, None],
+        position_ids=torch.cat([torch.arange(bounds[-1])[None], mrope])[:, None],
         mm_token_type_ids=torch.cat([s["mm_token_type_ids"] for s in parts])[None],
         loss_mask=torch.cat([s["loss_mask"] for s in parts])[None],
         spans=spans,
+        packing=Packing(tuple(bounds)),
     )
 
 
@@ -203,7 +211,8 @@ def collate(
     """Batch `items` (any mix of modalities).
 
     `padding_side` "right" for training, "left" for generation. `padding_free` packs all
-    sequences in one row (families with `padding_free`). `dummy_vision` adds a masked dummy
+    sequences in one row (families with `padding_free`; the model's language model needs
+    `models.packing.use_packed_attention`). `dummy_vision` adds a masked dummy
     image when no item has an image and a masked dummy video when none has a video (module
     docstring), so every batch makes the same vision-tower calls.
     """
@@ -240,4 +249,5 @@ def collate(
         video_grid_thw=_cat([it.video_grid_thw for it in items] + [grid] * need_video),
         second_per_grid_ts=_cat([it.second_per_grid_ts for it in items] + video_seconds),
         has_dummy_vision=bool(dummies),
+        packing=rows.get("packing"),
     )

@@ -29,6 +29,7 @@ from torch.utils.checkpoint import checkpoint
 from easyvideor1 import distributed
 from easyvideor1.algorithms.kl import full as vocabulary_kl
 from easyvideor1.models.collate import Batch
+from easyvideor1.models.packing import PACKED_ATTENTION, language_attention
 
 
 @dataclass
@@ -144,6 +145,11 @@ def sequence_logprobs(
 ) -> TokenLogProbs:
     """Run `model`'s backbone on `batch` and score its response tokens (`batch.loss_mask`);
     with a `reference` model, also the exact per-token KL to it (`TokenLogProbs.full_kl`)."""
+    if batch.packing is not None:
+        for m in (model, reference):
+            if m is not None and language_attention(m) != PACKED_ATTENTION:
+                raise ValueError("a packed (padding-free) batch needs the model's language model on packed attention "
+                                 "(models.packing.use_packed_attention); with its SDPA, sequences would see each other")
     out = model.model(**batch.model_kwargs(), use_cache=False)
     hidden = out.last_hidden_state  # [B, L, H]
     mask = batch.loss_mask.to(hidden.device)

@@ -33,13 +33,15 @@ from dataclasses import dataclass
 
 import torch
 
-from easyvideor1.models.collate import Batch, _cat, _dummy_pixels, _dummy_rows, _pad
+from easyvideor1.models.collate import Batch, _cat, _dummy_pixels, _dummy_rows, _pack, _pad
 from easyvideor1.models.families import Family
 from easyvideor1.models.inputs import ModelInputs, check_placeholders
 from easyvideor1.models.mrope import MRopeSpec, extend_positions
+from easyvideor1.models.packing import PACKED_ATTENTION, Packing
 
-SHARED_ATTENTION = ("sdpa",)
-"""Attention implementations that take our boolean [B, 1, L, L] mask as is."""
+SHARED_ATTENTION = ("sdpa", PACKED_ATTENTION)
+"""Attention implementations that take our boolean [B, 1, L, L] mask as is (packed attention is
+SDPA on padded rows)."""
 
 
 @dataclass
@@ -113,10 +115,12 @@ def group_attention(segment: torch.Tensor) -> torch.Tensor:
     return mask[:, None]
 
 
-def collate_shared(groups: list[SharedGroup], family: Family, spec: MRopeSpec, pad_token_id: int) -> Batch:
+def collate_shared(groups: list[SharedGroup], family: Family, spec: MRopeSpec, pad_token_id: int,
+                   padding_free: bool = False) -> Batch:
     """One right-padded row per group (module docstring), with the masked dummy image / video of
-    `collate` when the batch lacks that modality. The batch's `loss_mask`, read row by row, lists
-    the response tokens in the order of `groups` and their responses."""
+    `collate` when the batch lacks that modality; `padding_free`: the group rows are blocks of one
+    packed row instead (`models.packing`). The batch's `loss_mask`, read row by row, lists the
+    response tokens in the order of `groups` and their responses."""
     if not groups:
         raise ValueError("collate_shared needs at least one group")
     prompts = [g.prompt for g in groups]
@@ -126,24 +130,37 @@ def collate_shared(groups: list[SharedGroup], family: Family, spec: MRopeSpec, p
     rows = [_row(g, spec) for g in groups]
     for p, r in zip(prompts, rows):
         check_placeholders(p.sample_id, r["input_ids"], p.image_grid_thw, p.video_grid_thw, spec, "sequence")
-    padded = _pad(rows, dummies, pad_token_id, "right")
-    b, width = padded["input_ids"].shape
-    segment = torch.full((b, width), -1, dtype=torch.long)
-    text = torch.zeros(b, width, dtype=torch.long)
-    predict_from = torch.zeros(b, width, dtype=torch.long)
-    for i, r in enumerate(rows):
-        n = len(r["input_ids"])
-        segment[i, :n], text[i, :n], predict_from[i, :n] = r["segment"], r["text"], r["predict_from"]
+    if padding_free:
+        tokens = _pack(rows, dummies)
+        bounds = tokens["packing"].bounds
+        segment = torch.full((bounds[-1],), -1, dtype=torch.long)
+        predict_from = torch.zeros(1, bounds[-1], dtype=torch.long)
+        for r, (s, e) in zip(rows, zip(bounds, bounds[1:])):
+            segment[s:e], predict_from[0, s:e] = r["segment"], r["predict_from"] + s
+        shared = tuple(i < len(rows) for i in range(len(bounds) - 1))
+        tokens["packing"] = Packing(bounds, segment, shared)
+        attention = None
+    else:
+        tokens = _pad(rows, dummies, pad_token_id, "right")
+        b, width = tokens["input_ids"].shape
+        segment = torch.full((b, width), -1, dtype=torch.long)
+        text = torch.zeros(b, width, dtype=torch.long)
+        predict_from = torch.zeros(b, width, dtype=torch.long)
+        for i, r in enumerate(rows):
+            n = len(r["input_ids"])
+            segment[i, :n], text[i, :n], predict_from[i, :n] = r["segment"], r["text"], r["predict_from"]
+        tokens["position_ids"] = torch.cat([text[None], tokens["position_ids"][1:]])
+        attention = group_attention(segment)
     grid = torch.tensor([[1, spec.merge_size, spec.merge_size]])
     has_seconds = any(p.second_per_grid_ts is not None for p in prompts)
     return Batch(
         sample_ids=[p.sample_id for p in prompts],
-        input_ids=padded["input_ids"],
-        attention_mask=group_attention(segment),
-        position_ids=torch.cat([text[None], padded["position_ids"][1:]]),
-        mm_token_type_ids=padded["mm_token_type_ids"],
-        loss_mask=padded["loss_mask"],
-        seq_spans=padded["spans"],
+        input_ids=tokens["input_ids"],
+        attention_mask=attention,
+        position_ids=tokens["position_ids"],
+        mm_token_type_ids=tokens["mm_token_type_ids"],
+        loss_mask=tokens["loss_mask"],
+        seq_spans=tokens["spans"],
         pixel_values=_cat([p.pixel_values for p in prompts] + [_dummy_pixels(family)] * need_image),
         image_grid_thw=_cat([p.image_grid_thw for p in prompts] + [grid] * need_image),
         pixel_values_videos=_cat([p.pixel_values_videos for p in prompts] + [_dummy_pixels(family)] * need_video),
@@ -151,4 +168,5 @@ def collate_shared(groups: list[SharedGroup], family: Family, spec: MRopeSpec, p
         second_per_grid_ts=_cat([p.second_per_grid_ts for p in prompts] + [torch.ones(1)] * (need_video and has_seconds)),
         has_dummy_vision=bool(dummies),
         predict_from=predict_from,
+        packing=tokens.get("packing"),
     )

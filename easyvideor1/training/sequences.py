@@ -109,6 +109,7 @@ class ForwardContext:
     device: str | torch.device = "cpu"
     pixel_dtype: torch.dtype | None = None
     shared_prefix: bool = False  # one row per group: prompt once (`training.shared_prefix`, where exact)
+    padding_free: bool = False  # sequences / group rows packed in one row (`training.padding_free`, where exact)
 
 
 def sequence_inputs(batch: RolloutBatch, indices: list[int], ctx: ForwardContext) -> list[ModelInputs]:
@@ -132,9 +133,11 @@ def shared_groups(batch: RolloutBatch, indices: list[int]) -> list[SharedGroup]:
 def collate_responses(batch: RolloutBatch, indices: list[int], ctx: ForwardContext):
     """The model batch of responses `indices`: group-shared rows or one sequence per response."""
     if ctx.shared_prefix:
-        mb = collate_shared(shared_groups(batch, indices), ctx.family, ctx.spec, ctx.pad_token_id)
+        mb = collate_shared(shared_groups(batch, indices), ctx.family, ctx.spec, ctx.pad_token_id,
+                            padding_free=ctx.padding_free)
     else:
-        mb = collate(sequence_inputs(batch, indices, ctx), ctx.family, ctx.spec, ctx.pad_token_id)
+        mb = collate(sequence_inputs(batch, indices, ctx), ctx.family, ctx.spec, ctx.pad_token_id,
+                     padding_free=ctx.padding_free)
     return mb.to(ctx.device, ctx.pixel_dtype)
 
 

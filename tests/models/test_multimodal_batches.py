@@ -11,6 +11,7 @@ from easyvideor1.models.collate import collate
 from easyvideor1.models.inputs import append_response, build_inputs
 from easyvideor1.models.loading import load_policy, vision_tower
 from easyvideor1.models.logprobs import sequence_logprobs
+from easyvideor1.models.packing import use_packed_attention
 
 
 def _prompts(tiny):
@@ -154,6 +155,7 @@ def test_padding_free_equals_padded(tiny):
             collate(seqs, tiny.family, tiny.spec, tiny.pad_id, padding_free=True)
         return
     packed = collate(seqs, tiny.family, tiny.spec, tiny.pad_id, padding_free=True)
+    use_packed_attention(tiny.model)  # padded calls still get SDPA (models.packing)
     assert packed.input_ids.shape == (1, sum(len(s.input_ids) for s in seqs))
     with torch.no_grad():
         a = sequence_logprobs(tiny.model, padded, with_entropy=True)
