@@ -155,7 +155,7 @@ def minerva_summary(name: str, rows: list[ResultRow]) -> Aggregate:
     agg.categories = {"question_type": agg.categories["question_type"], "skill": by_labels(rows, "skill", MULTI_SEP),
                       "split": agg.categories["split"], "category": agg.categories["category"]}
     return _overall_only(agg, rows, MINERVA_LABELS, (
-        "Overall accuracy only: these rows carry no skills or video domains (EasyVideoR1's converted "
+        "Accuracy overall only: these rows carry no skills or video domains (EasyVideoR1's converted "
         "minerva.json drops them). For MINERVA's breakdowns by question type, skill, split and category, "
         "evaluate the release file (minerva.json, linked from github.com/google-deepmind/neptune) under the "
         "data root or passed as the annotation file."))
