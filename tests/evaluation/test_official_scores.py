@@ -396,3 +396,32 @@ def test_longvideoreason_release_file_perspectives_and_format(tmp_path):
         "temporal": (1.0, 1, 0), "goal": (0.0, 1, 0), "spatial": (0.0, 1, 0), "plot": (0.5, 2, 1)}},
         count=8, failed=4)
     assert agg.notes == []
+
+
+def test_report_shows_the_release_breakdown_or_says_it_needs_the_release_file(tmp_path):
+    from evalfixtures import mc
+
+    from easyvideor1.evaluation import presets
+    from easyvideor1.evaluation.report import markdown, summarize_run
+    from easyvideor1.evaluation.results import ResultStore
+
+    options = ["A. one", "B. two", "C. three", "D. four"]
+    converted = _write(tmp_path / "converted" / "longvideoreason.json", [mc("1", "Why?", options, "B"),
+                                                                         mc("2", "How?", options, "C")])
+    release = _write(tmp_path / "release" / "longvideo-reason" / "test.jsonl", [
+        {"problem_id": 0, "problem": "Why?\nA. one\nB. two", "data_type": "video", "problem_type": "goal",
+         "reasoning": "...", "videos": "longvila_videos/v.mp4", "answer": "<answer>B</answer>"}])
+    bench = BENCHMARKS["longvideoreason"]
+    settings = presets.settings("qwen2_5_vl_greedy", "m")
+    reports = {}
+    for kind, path in (("converted", converted), ("release", release)):
+        out = tmp_path / f"out-{kind}"
+        with ResultStore.open(out, "longvideoreason", settings) as store:
+            for s in bench.load(path.parent, annotation_file=path):
+                store.append(bench.result_row(s, "<think>t</think><answer>B</answer>"))
+        reports[kind] = markdown(summarize_run(out))
+    assert "Note:** Accuracy overall only" in reports["converted"] and "test.jsonl" in reports["converted"]
+    assert "### by perspective" not in reports["converted"]
+    assert "| format_accuracy | 100.0 |" in reports["converted"]  # 2 of 2 responses in the official format
+    assert "Note:**" not in reports["release"] and "### by perspective" in reports["release"]
+    assert "| goal | 100.0 | 1 | 0 |" in reports["release"]

@@ -19,9 +19,10 @@ scored and the denominator stays the release's. Sources (read 2026-12):
   read the skills as `question_type` (lmms-eval falls back to "question type"), the gold
   letter from `answer_id` (lmms-eval: else the choice equal to `answer`), and report accuracy
   overall (the headline), per `question_type` string, per `split` and per `category`. The
-  `question_type` table groups by the whole string, i.e. by combination of skills; we add
-  `skill`, where a question counts once in each of its skills (as LVBench's types do), the
-  per-skill reading of the README's definition.
+  `question_type` table groups by the whole string, i.e. by combination of skills (here the
+  skills rejoined by ", ", so spacing in the file does not split a group); we add `skill`,
+  where a question counts once in each of its skills (as LVBench's types do), the per-skill
+  reading of the README's definition.
 - LongVideo-Reason (github.com/NVlabs/Long-RL, `eval/eval.py` and `eval/README.md`, commit
   97abc84): the test split of huggingface.co/datasets/LongVideo-Reason/longvideo-reason
   (`test.jsonl`, 1,000 questions) {problem_id, problem (the question, then one "A. ..." line
