@@ -32,8 +32,9 @@ scored and the denominator stays the release's. Sources (read 2026-12):
   (`lmms_eval/tasks/longvideo_reason/utils.py`, commit 843d010). The official script reports
   `accuracy` and `format_accuracy` (responses matching `<think>.*?</think>\\s*<answer>.*?
   </answer>` from the start); the paper (arXiv 2507.07966) and lmms-eval add accuracy per
-  perspective ("Temporal, Goal and Purpose, Spatial, Plot and Narrative", the Long-RL
-  README), reported here as `perspective`. lmms-eval notes five test rows (problem_id 147,
+  perspective ("Temporal, Goal and Purpose, Spatial, and Plot and Narrative", the card of
+  huggingface.co/LongVideo-Reason), reported here as `perspective`. (Later Long-RL commits
+  move the script to `longvideo-reason/eval.py`; lmms-eval ports that one.) lmms-eval notes five test rows (problem_id 147,
   379, 743, 825, 857) whose option block is broken or missing: here each is a failed row
   when its options do not read as A., B., C., ... lines (still in the denominator, as
   upstream keeps all 1,000).
