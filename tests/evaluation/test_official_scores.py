@@ -6,8 +6,8 @@
    other three 0 and the last is failed, so every table below was worked out by hand from the
    records' labels (listed next to each expectation).
 2. OVO-Bench's forward test points under the official per-point rule (OVOBenchScore.py).
-3. The official-layout importers (LVBench, LongVideoBench, Video-Holmes, MLVU), on small files
-   written here in each release's own format.
+3. The official-layout importers (LVBench, LongVideoBench, Video-Holmes, MLVU, MINERVA,
+   LongVideo-Reason), on small files written here in each release's own format.
 """
 
 from __future__ import annotations
@@ -18,7 +18,9 @@ from pathlib import Path
 
 import pytest
 
+from easyvideor1.data.loading import DataError
 from easyvideor1.evaluation.adapters import BENCHMARKS
+from easyvideor1.evaluation.results import ResultRow
 from easyvideor1.records import Sample
 
 ROOT = Path(os.environ.get("EASYVIDEOR1_BENCHMARK_ANNOTATIONS",
@@ -72,14 +74,15 @@ EXPECTED = {
     ("mlvu", "mlvu.json"): (Q, {}, {"source": {"surveil": (Q, 4, 1)}}),
     ("mlvu-dev", "mlvu-dev.json"): (Q, {}, {"source": {"needle": (Q, 4, 1)}}),
     ("holmes", "holmes.json"): (Q, {}, {}),
-    ("minerva", "minerva.json"): (Q, {}, {}),
+    ("minerva", "minerva.json"): (Q, {}, {}),  # no skills or domains: a note names the release file
     # open-ended x3 then one multiple choice, all videoEspresso; the wrong and malformed answers
     # are open-ended and scored by ROUGE (no judge): the note says so
     ("vcrbench", "vcrbench.json"): (Q, {}, {
         "question_type": {"open-ended": (1 / 3, 3, 0), "multiple choice": (0.0, 1, 1)},
         "video_source": {"videoEspresso": (Q, 4, 1)}}),
     ("videoreasonbench", "videoreasonbench.json"): (Q, {}, {"scene": {"card": (Q, 4, 1)}}),
-    ("longvideoreason", "longvideoreason.json"): (Q, {}, {}),
+    # no perspective (a note names the release file); no response has <think>: format 0
+    ("longvideoreason", "longvideoreason.json"): (Q, {"format_accuracy": 0.0}, {}),
     # Chemistry, Thermodynamics, Materials_Science, Electromagnetism
     ("mmvu", "mmvu.json"): (Q, {}, {"discipline": {
         "Chemistry": (1.0, 1, 0), "Thermodynamics": (0.0, 1, 0), "Materials_Science": (0.0, 1, 0),
@@ -133,7 +136,9 @@ def test_hand_made_predictions_on_real_files(name, file):
     agg = bench.aggregate(four_rows(bench, samples))
     _check(agg, *EXPECTED[(name, file)], count=4, failed=1)
     rouge_note = name in ("vcrbench", "videoreasonbench")
-    assert bool(agg.notes) == rouge_note and (not rouge_note or "ROUGE" in agg.metric)
+    release_note = {"minerva": "minerva.json", "longvideoreason": "test.jsonl"}.get(name)
+    assert bool(agg.notes) == (rouge_note or bool(release_note)) and (not rouge_note or "ROUGE" in agg.metric)
+    assert not release_note or (len(agg.notes) == 1 and "overall only" in agg.notes[0] and release_note in agg.notes[0])
 
 
 @real_files
@@ -298,3 +303,125 @@ def test_videommmu_delta_knowledge_from_the_question_only_pass(tmp_path):
     # after = 2/4, before = 1/4: (1/2 - 1/4) / (1 - 1/4) = 1/3
     assert agg.metrics["delta_knowledge"] == pytest.approx(1 / 3)
     assert any("delta_knowledge" in n for n in agg.notes)
+
+
+def test_minerva_release_file_skills_splits_categories(tmp_path):
+    def rec(key, video, qtype, split, category, **answer):
+        return {"key": key, "video_id": video, "question": f"{key}?", "answer": answer.pop("answer", "..."),
+                **{f"answer_choice_{i}": f"{key} choice {i}" for i in range(5)}, **answer,
+                "question_type": qtype, "split": split, "category": category, "reasoning": "..."}
+
+    m3 = rec("m3", "vidC", "Temporal Reasoning, Spatial Navigation", "Short films", "Drama")
+    m3["answer"] = m3["answer_choice_4"]  # no answer_id: the choice equal to `answer` (lmms-eval's fallback)
+    m2 = rec("m2", "vidA", "", "Sports", "Soccer", answer_id="0")  # a digit string
+    m2["question type"] = m2.pop("question_type") or "Counting"  # the README's spelling of the key
+    m7 = rec("m7", "vidD", "Counting", "Sports", "Soccer", answer_id=1)
+    del m7["answer_choice_3"]
+    _write(tmp_path / "minerva.json", [
+        rec("m1", "vidA", "Counting,Temporal Reasoning", "Sports", "Basketball", answer_id=2), m2, m3,
+        rec("m4", "vidC", "Spatial Navigation", "Short films", "Drama", answer_id=1),
+        rec("m5", "https://www.youtube.com/watch?v=vidB", "Counting", "Sports", "Basketball", answer_id=4),
+        rec("m6", "vidD", "Counting", "Sports", "Soccer", answer_id=9, answer="none of them"), m7])
+    (tmp_path / "videos").mkdir()
+    (tmp_path / "videos" / "vidB.mp4").write_bytes(b"")
+    bench = BENCHMARKS["minerva"]
+    with pytest.raises(DataError, match=r"(?s)2 bad record\(s\).*problem_id=m6\): answer_id 9 is not 0-4.*"
+                                        r"problem_id=m7\): missing answer_choice_3"):
+        bench.load(tmp_path)  # outside `eval`, a bad record stops the load, naming each one
+    bad: list[ResultRow] = []
+    samples = bench.load(tmp_path, bad_records=bad)  # as `eval` loads it: the valid ones are scored
+    assert [s.problem_id for s in samples] == ["m1", "m2", "m3", "m4", "m5"]
+    assert [s.answer for s in samples] == ["C", "A", "E", "B", "E"]
+    assert samples[0].options[2] == "C. m1 choice 2" and samples[0].problem == "m1?"
+    assert samples[0].videos == [str(tmp_path / "videos" / "vidA.mp4")]
+    assert samples[4].videos == [str(tmp_path / "videos" / "vidB.mp4")]  # the id read from the URL
+    assert [(r.id, r.status) for r in bad] == [("m6", "failed"), ("m7", "failed")]
+    assert "answer_id 9" in bad[0].reason and "minerva.json" in bad[0].reason
+    rows = [bench.result_row(samples[0], "<answer>C</answer>"),  # right
+            bench.result_row(samples[1], "<answer>B</answer>"),  # wrong
+            bench.result_row(samples[2], "I am not sure."),  # malformed
+            bench.failed_row(samples[3], "generation failed"),  # missing
+            bench.result_row(samples[4], "<think>five</think><answer>E</answer>"),  # right
+            *bad]  # the two bad records: failed, in every denominator, in no category (unread)
+    agg = bench.aggregate(rows)
+    # right: m1, m5 of 7. question_type by whole string; skill: Counting m1 m2 m5, Temporal Reasoning
+    # m1 m3, Spatial Navigation m3 m4; split: Sports m1 m2 m5, Short films m3 m4; category: Basketball
+    # m1 m5, Soccer m2, Drama m3 m4
+    _check(agg, 2 / 7, {}, {
+        "question_type": {"Counting, Temporal Reasoning": (1.0, 1, 0), "Counting": (0.5, 2, 0),
+                          "Temporal Reasoning, Spatial Navigation": (0.0, 1, 0), "Spatial Navigation": (0.0, 1, 1)},
+        "skill": {"Counting": (2 / 3, 3, 0), "Temporal Reasoning": (0.5, 2, 0), "Spatial Navigation": (0.0, 2, 1)},
+        "split": {"Sports": (2 / 3, 3, 0), "Short films": (0.0, 2, 1)},
+        "category": {"Basketball": (1.0, 2, 0), "Soccer": (0.0, 1, 0), "Drama": (0.0, 2, 1)}}, count=7, failed=3)
+    assert agg.notes == []
+
+
+def test_longvideoreason_release_file_perspectives_and_format(tmp_path):
+    options = "\nA. first\nB. second\nC. third\nD. fourth"
+
+    def rec(pid, perspective, letter, video="longvila_videos/abc.mp4", problem=f"What happens?{options}"):
+        return {"problem_id": pid, "problem": problem, "data_type": "video", "problem_type": perspective,
+                "reasoning": "...", "videos": video, "answer": f"<answer>{letter}</answer>"}
+
+    _write(tmp_path / "longvideo-reason" / "test.jsonl", [
+        rec(0, "temporal", "B"), rec(1, "goal", "A", video="longvila_videos/def.webm"), rec(2, "spatial", "D"),
+        rec(3, "plot", "C"), rec(4, "plot", "A"),
+        rec(379, "goal", "B", problem="What happens?"),  # no options (as upstream's rows 379 and 857)
+        rec(6, "humor", "A"), rec(7, "temporal", "E")])
+    (tmp_path / "longvila_videos").mkdir()
+    (tmp_path / "longvila_videos" / "abc.mp4").write_bytes(b"")
+    (tmp_path / "longvideo_eval_subset3").mkdir()  # where the release's archives extract
+    (tmp_path / "longvideo_eval_subset3" / "def.webm").write_bytes(b"")
+    bench = BENCHMARKS["longvideoreason"]
+    bad: list[ResultRow] = []
+    samples = bench.load(tmp_path, bad_records=bad)  # found as longvideo-reason/test.jsonl
+    assert [s.problem_id for s in samples] == ["0", "1", "2", "3", "4"]
+    assert samples[0].problem == "What happens?" and samples[0].options == ["A. first", "B. second", "C. third",
+                                                                            "D. fourth"]
+    assert [s.answer for s in samples] == ["B", "A", "D", "C", "A"]
+    assert samples[0].videos == [str(tmp_path / "longvila_videos" / "abc.mp4")]
+    assert samples[1].videos == [str(tmp_path / "longvideo_eval_subset3" / "def.webm")]
+    assert [r.id for r in bad] == ["379", "6", "7"]
+    assert "option letters found: none" in bad[0].reason and "'humor' is not a reasoning perspective" in bad[1].reason
+    assert "'<answer>E</answer>' is not one of its option letters ABCD" in bad[2].reason
+    rows = [bench.result_row(samples[0], "<think>the order</think> <answer>B</answer>"),  # right, format
+            bench.result_row(samples[1], "<think>a goal</think><answer>C</answer>"),  # wrong, format
+            bench.result_row(samples[2], "I am not sure."),  # malformed
+            bench.failed_row(samples[3], "generation failed"),  # missing
+            bench.result_row(samples[4], "<answer>A</answer>"),  # right, no <think>: not the format
+            *bad]
+    agg = bench.aggregate(rows)
+    # right: 0, 4 of 8; format: 0, 1 of 8; plot holds 3 (missing) and 4 (right)
+    _check(agg, 2 / 8, {"format_accuracy": 2 / 8}, {"perspective": {
+        "temporal": (1.0, 1, 0), "goal": (0.0, 1, 0), "spatial": (0.0, 1, 0), "plot": (0.5, 2, 1)}},
+        count=8, failed=4)
+    assert agg.notes == []
+
+
+def test_report_shows_the_release_breakdown_or_says_it_needs_the_release_file(tmp_path):
+    from evalfixtures import mc
+
+    from easyvideor1.evaluation import presets
+    from easyvideor1.evaluation.report import markdown, summarize_run
+    from easyvideor1.evaluation.results import ResultStore
+
+    options = ["A. one", "B. two", "C. three", "D. four"]
+    converted = _write(tmp_path / "converted" / "longvideoreason.json", [mc("1", "Why?", options, "B"),
+                                                                         mc("2", "How?", options, "C")])
+    release = _write(tmp_path / "release" / "longvideo-reason" / "test.jsonl", [
+        {"problem_id": 0, "problem": "Why?\nA. one\nB. two", "data_type": "video", "problem_type": "goal",
+         "reasoning": "...", "videos": "longvila_videos/v.mp4", "answer": "<answer>B</answer>"}])
+    bench = BENCHMARKS["longvideoreason"]
+    settings = presets.settings("qwen2_5_vl_greedy", "m")
+    reports = {}
+    for kind, path in (("converted", converted), ("release", release)):
+        out = tmp_path / f"out-{kind}"
+        with ResultStore.open(out, "longvideoreason", settings) as store:
+            for s in bench.load(path.parent, annotation_file=path):
+                store.append(bench.result_row(s, "<think>t</think><answer>B</answer>"))
+        reports[kind] = markdown(summarize_run(out))
+    assert "Note:** Accuracy overall only" in reports["converted"] and "test.jsonl" in reports["converted"]
+    assert "### by perspective" not in reports["converted"]
+    assert "| format_accuracy | 100.0 |" in reports["converted"]  # 2 of 2 responses in the official format
+    assert "Note:**" not in reports["release"] and "### by perspective" in reports["release"]
+    assert "| goal | 100.0 | 1 | 0 |" in reports["release"]

@@ -10,18 +10,12 @@ from easyvideor1.evaluation.adapters.base import Benchmark
 from easyvideor1.evaluation.adapters.clips import LIVESPORTS, ODVBENCH
 from easyvideor1.evaluation.adapters.generic import file_benchmark, is_file_benchmark
 from easyvideor1.evaluation.adapters.grounding import CHARADES_STA, STVG
-from easyvideor1.evaluation.adapters.multiple_choice import (
-    LONGVIDEOREASON,
-    MINERVA,
-    MMVU,
-    MMVU_ALL,
-    MOTIONBENCH,
-    VIDEOMME,
-)
+from easyvideor1.evaluation.adapters.multiple_choice import MMVU, MMVU_ALL, MOTIONBENCH, VIDEOMME
 from easyvideor1.evaluation.adapters.mvbench import MVBENCH
 from easyvideor1.evaluation.adapters.official import HOLMES, LONGVIDEOBENCH, LVBENCH, MLVU, MLVU_DEV
 from easyvideor1.evaluation.adapters.open_ended import VCRBENCH, VIDEOREASONBENCH
 from easyvideor1.evaluation.adapters.ovobench import OVOBENCH
+from easyvideor1.evaluation.adapters.reasoning import LONGVIDEOREASON, MINERVA
 from easyvideor1.evaluation.adapters.tempcompass import TEMPCOMPASS
 from easyvideor1.evaluation.adapters.videomathqa import VIDEOMATHQA
 from easyvideor1.evaluation.adapters.videomme_v2 import VIDEOMME_V2

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from easyvideor1 import rewards
-from easyvideor1.data.loading import DataError, load_records, load_samples, read_records
+from easyvideor1.data.loading import DataError, LoadResult, Problem, load_records, load_samples, read_records
 from easyvideor1.data.templates import render_prompt
 from easyvideor1.evaluation.adapters.extract import extract_prediction
 from easyvideor1.evaluation.aggregate import Aggregate, accuracy
@@ -78,9 +78,13 @@ class Benchmark:
     """Applied to every loaded sample (map task types, clip bounds...); originals go to extra."""
     summarize: Callable[[str, list[ResultRow]], Aggregate] | None = None
     """Official aggregate from result rows; None: accuracy with the `breakdowns` tables."""
-    importer: Callable[[Path, Path], list[Sample]] | None = None
+    importer: Callable[[Path, Path], list[Sample] | LoadResult] | None = None
     """Reader of the official release layout (annotation path, data root) -> samples; used
-    when the annotation file is not in the sample schema."""
+    when the annotation file is not in the sample schema. A `LoadResult` also lists the
+    records that are not samples: they are bad records, as in a converted file."""
+    official_layout: Callable[[Path], bool] | None = None
+    """True when a file is the official layout, for releases that also write `problem_type`
+    (LongVideo-Reason's test.jsonl); None: a file without `problem_type` is official."""
     select: Callable[[Sample], bool] | None = None
     """Keeps only the prepared samples it returns True for (a benchmark variant over part of a
     file, e.g. Video-MMMU's question-only Adaptation questions); None keeps all."""
@@ -119,18 +123,25 @@ class Benchmark:
         else:
             path = self.find_file(data_root)
         root = Path(data_root) if data_root is not None else path.parent
-        if self.importer is not None and not is_sample_schema(path):
-            samples = self.importer(path, root)
+        official = self.official_layout(path) if self.official_layout is not None else not is_sample_schema(path)
+        if self.importer is not None and official:
+            imported = self.importer(path, root)
+            loaded = imported if isinstance(imported, LoadResult) else LoadResult(samples=imported)
+            if loaded.problems and bad_records is None:
+                listing = "\n  ".join(str(p) for p in loaded.problems)
+                raise DataError(f"{path}: {len(loaded.problems)} bad record(s) in {self.title}'s release "
+                                f"file:\n  {listing}\n`easyvideor1 eval` scores the other records and "
+                                "counts these as failed.")
+            samples = loaded.samples
+            _fail_records(loaded.problems, samples, path, bad_records,
+                          "fix the record or fetch the release file again, and re-run")
         elif bad_records is None:
             samples = load_samples(path, data_root=root, on_error="fail")
         else:
             loaded = load_records(path, root)
             samples = loaded.samples
-            taken = {s.problem_id for s in samples}
-            for p in loaded.problems:
-                rid = p.problem_id if p.problem_id and p.problem_id not in taken else f"record-{p.index}"
-                bad_records.append(ResultRow(id=rid, status="failed", reason=f"bad record: {p} (in {path}; "
-                                             "fix it, `easyvideor1 check-data` lists them all, and re-run)"))
+            _fail_records(loaded.problems, samples, path, bad_records,
+                          "fix it, `easyvideor1 check-data` lists them all, and re-run")
         for s in samples:  # labels may need the path as the record wrote it (e.g. video/COIN/x.mp4)
             if s.videos and "://" not in s.videos[0]:
                 s.extra.setdefault("video_relpath", Path(os.path.relpath(s.videos[0], root)).as_posix())
@@ -188,6 +199,16 @@ class Benchmark:
         if self.summarize is not None:
             return self.summarize(self.name, rows)
         return accuracy(self.name, rows, self.breakdowns)
+
+
+def _fail_records(problems: list[Problem], samples: list[Sample], path: Path,
+                  bad_records: list[ResultRow] | None, advice: str) -> None:
+    """Append each bad record to `bad_records` (when given) as a failed row named by its
+    problem_id, else its position."""
+    taken = {s.problem_id for s in samples}
+    for p in problems if bad_records is not None else ():
+        rid = p.problem_id if p.problem_id and p.problem_id not in taken else f"record-{p.index}"
+        bad_records.append(ResultRow(id=rid, status="failed", reason=f"bad record: {p} (in {path}; {advice})"))
 
 
 def is_sample_schema(path: str | os.PathLike) -> bool:

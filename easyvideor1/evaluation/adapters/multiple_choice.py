@@ -46,9 +46,6 @@ MOTIONBENCH = Benchmark(
     name="motionbench", title="MotionBench", files=("motionbench.json",),
     source=f"{_CONVERTED}; categories from the record's original_question_type",
     breakdowns=("question_type",), labels=extra_label("original_question_type", "question_type"))
-MINERVA = Benchmark(name="minerva", title="MINERVA", files=("minerva.json",), source=_CONVERTED)
-LONGVIDEOREASON = Benchmark(name="longvideoreason", title="LongVideo-Reason",
-                            files=("longvideoreason.json",), source=_CONVERTED)
 MMVU = Benchmark(name="mmvu", title="MMVU (multiple choice)", files=("mmvu.json", "mmvu-mc.json"),
                  source=_CONVERTED, breakdowns=("discipline",), labels=mmvu_labels)
 MMVU_ALL = Benchmark(name="mmvu-all", title="MMVU (all)", files=("mmvu-all.json",),
