@@ -144,6 +144,8 @@ class TrainingConfig:
     """Sequences per forward/backward (gradient accumulation unit)."""
     shared_prefix: bool = True
     """One prompt forward (vision tower included) per group in micro-batches; exact, else plain path."""
+    padding_free: bool = True
+    """Log-prob passes and update on packed rows (no pad token computed) where exact, else padded."""
     logprob_chunk_size: int = 1024
     """Response tokens whose [tokens, vocab] logits are made at once (memory of the log-prob passes)."""
     ppo_epochs: int = 1

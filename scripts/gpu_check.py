@@ -239,12 +239,17 @@ class UpdateCounter:
 
         if not torch.is_grad_enabled():
             return
-        mask, ids = kwargs.get("attention_mask"), kwargs.get("input_ids")
-        if mask is not None and mask.dim() == 4:  # group-shared rows [B, 1, L, L]: a real token sees its
-            self.llm_tokens += int(mask[:, 0, :, 0].sum())  # row's first token; padding sees only itself
+        mask, ids, packing = kwargs.get("attention_mask"), kwargs.get("input_ids"), kwargs.get("packing")
+        if packing is not None:  # a padding-free row: its blocks of one are the masked dummy vision tokens
+            real = [e - s for s, e in packing.blocks if e - s > 1]
+            self.llm_tokens += sum(real)
+            self.sequences += len(real)
         else:
-            self.llm_tokens += int(mask.sum()) if mask is not None else int(ids.numel())
-        self.sequences += int(ids.shape[0]) if mask is not None else 1
+            if mask is not None and mask.dim() == 4:  # group-shared rows [B, 1, L, L]: a real token sees its
+                self.llm_tokens += int(mask[:, 0, :, 0].sum())  # row's first token; padding sees only itself
+            else:
+                self.llm_tokens += int(mask.sum()) if mask is not None else int(ids.numel())
+            self.sequences += int(ids.shape[0]) if mask is not None else 1
         for key, attr in (("image_grid_thw", "images"), ("video_grid_thw", "videos")):
             grid = kwargs.get(key)
             if grid is not None:
@@ -328,7 +333,7 @@ def run_one(name: str, shape: Shape, work: Path, data: dict, args) -> dict:
     params = flop_params(run.model)
     save(status="training", load_s=time.perf_counter() - t0, fsdp2=isinstance(run.model, FSDPModule),
          param_dtype=str(next(run.model.parameters()).dtype).replace("torch.", ""), flop_params=params,
-         shared_prefix=run.ctx.shared_prefix,
+         shared_prefix=run.ctx.shared_prefix, padding_free=run.ctx.padding_free,
          mem_after_load_gib=torch.cuda.memory_allocated() / 2**30 if cuda else None)
     counter = UpdateCounter()
     run.model.model.register_forward_pre_hook(counter.hook, with_kwargs=True)

@@ -39,6 +39,7 @@ def test_tiny_cpu_run_counts_what_the_update_processes(tmp_path):
         # with its n responses; without it, n times, once per response.
         runs = 1 if m["shared_prefix"] else wl["n"]
         assert m["shared_prefix"]  # the default for these families (SDPA, full attention)
+        assert m["padding_free"]  # also the default: the group rows are blocks of one packed row
         for s in m["steps"]:
             assert s["responses"] == wl["prompts"] * wl["n"]
             # rows of the update, and both modalities seen (2 of each per step)

@@ -88,9 +88,12 @@ def packed_attention(module, query, key, value, attention_mask, dropout: float =
         raise ValueError(f"a packed row is one row of {packing.length} tokens; attention got {tuple(query.shape)}")
     gqa = query.shape[1] != key.shape[1]
     shared = packing.shared or (False,) * (len(packing.bounds) - 1)
+    # split, not one slice per block: a slice's backward writes its gradient into a zero tensor of
+    # the whole row (m blocks: m row-sized tensors); split's backward concatenates the m parts once
+    sizes = [e - s for s, e in packing.blocks]
     out = []
-    for (s, e), is_shared in zip(packing.blocks, shared):
-        q, k, v = query[:, :, s:e], key[:, :, s:e], value[:, :, s:e]
+    for (s, e), is_shared, q, k, v in zip(packing.blocks, shared, query.split(sizes, 2), key.split(sizes, 2),
+                                          value.split(sizes, 2)):
         if is_shared:
             mask = block_mask(packing.segment[s:e])
             out.append(F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scaling, enable_gqa=gqa))

@@ -123,6 +123,8 @@ def collate_shared(groups: list[SharedGroup], family: Family, spec: MRopeSpec, p
     response tokens in the order of `groups` and their responses."""
     if not groups:
         raise ValueError("collate_shared needs at least one group")
+    if padding_free and not family.padding_free:  # as `collate`: refused, never computed wrong
+        raise ValueError(f"{family.name} does not support padding-free batches (see Family.padding_free)")
     prompts = [g.prompt for g in groups]
     need_image = all(p.pixel_values is None for p in prompts)
     need_video = all(p.pixel_values_videos is None for p in prompts)

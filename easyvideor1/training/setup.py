@@ -17,10 +17,11 @@ from easyvideor1.config_tree import ConfigError, to_dict
 from easyvideor1.data.templates import render_prompt
 from easyvideor1.data.loading import load_samples
 from easyvideor1.algorithms import make_kl_controller
-from easyvideor1.models.families import family_of
+from easyvideor1.models.families import Family, family_of
 from easyvideor1.models.loading import load_policy, load_processor, load_reference, resolve_dtype
 from easyvideor1.models.lora import ReferenceView, apply_lora, parameter_counts
 from easyvideor1.models.mrope import mrope_spec
+from easyvideor1.models.packing import packing_blocker, use_packed_attention
 from easyvideor1.models.shared_prefix import shared_prefix_blocker
 from easyvideor1.records import Sample
 from easyvideor1.rewards.batch import ScoringPool, score_batch
@@ -118,6 +119,23 @@ def shared_prefix_state(cfg: Config, model, reference, rank: int) -> bool:
     return state
 
 
+def padding_free_state(cfg: Config, family: Family, model, reference, rank: int) -> bool:
+    """`training.padding_free` where the policy and the reference can run packed rows exactly
+    (`models.packing`); the state, and why not when it falls back to padded rows, is logged once.
+    The same on every rank: it depends only on the config and the model's config."""
+    if not cfg.training.padding_free:
+        state, why = False, "off (training.padding_free=false)"
+    else:
+        reasons = {packing_blocker(m.config) for m in (model, reference) if m is not None} - {None}
+        if not reasons and not family.padding_free:
+            reasons.add(f"family {family.name} does not pack (Family.padding_free)")
+        state = not reasons
+        why = "on" if state else "off, padded instead: " + "; ".join(sorted(reasons))
+    if rank == 0:
+        log.info("padding-free rows (micro-batch sequences packed in one row, attention per sequence): %s", why)
+    return state
+
+
 def build_run(cfg: Config) -> Run:
     """Everything the loop needs, built in dependency order."""
     compute_dtype = resolve_dtype(cfg.model.dtype)
@@ -155,6 +173,11 @@ def build_run(cfg: Config) -> Run:
     reference = (None if not cfg.algorithm.needs_reference
                  else ReferenceView(model) if lora.rank
                  else load_reference(m.path, m.dtype, m.attn_implementation, load_device))
+    padding_free = padding_free_state(cfg, family, model, reference, rank)
+    if padding_free:  # before sharding; LoRA's ReferenceView shares the policy's config (already switched)
+        for net in (model, reference):
+            if net is not None:
+                use_packed_attention(net)  # language model only; SDPA when called unpacked (generate)
     shard(model, param_dtype=None if compute_dtype == torch.float32 else compute_dtype)
     if reference is not None and not lora.rank:
         shard(reference)
@@ -165,7 +188,7 @@ def build_run(cfg: Config) -> Run:
     optimizer = torch.optim.AdamW(params, lr=cfg.training.lr, weight_decay=cfg.training.weight_decay)
     ctx = ForwardContext(family=family, spec=spec, pad_token_id=processor.tokenizer.pad_token_id,
                          micro_batch_size=cfg.training.micro_batch_size,
-                         shared_prefix=shared_prefix_state(cfg, model, reference, rank),
+                         shared_prefix=shared_prefix_state(cfg, model, reference, rank), padding_free=padding_free,
                          chunk_size=cfg.training.logprob_chunk_size,
                          # log-probs of the distribution the engine sampled from (greedy: the raw one)
                          temperature=cfg.rollout.temperature if cfg.rollout.temperature > 0 else 1.0, device=device,
@@ -173,7 +196,8 @@ def build_run(cfg: Config) -> Run:
     engine = make_engine(cfg, model, processor, family, spec, train_samples + val_samples)
     Path(cfg.logging.out_dir).mkdir(parents=True, exist_ok=True)
     sink = MetricsSink(cfg.logging.out_dir, cfg.logging.tensorboard, cfg.logging.wandb, cfg.logging.wandb_project,
-                       config=to_dict(cfg) | {"shared_prefix_active": ctx.shared_prefix}, enabled=rank == 0)
+                       config=to_dict(cfg) | {"shared_prefix_active": ctx.shared_prefix,
+                                              "padding_free_active": ctx.padding_free}, enabled=rank == 0)
     prompts = PromptBuilder(frames, processor, family, spec,
                             render=partial(render_prompt, template_dir=cfg.data.template_dir),
                             max_prompt_tokens=cfg.data.max_prompt_tokens)

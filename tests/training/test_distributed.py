@@ -95,6 +95,7 @@ def test_fsdp_two_processes_equal_one_process(setup):
                          "-m", "easyvideor1.cli", "train", str(cfg2)], capture_output=True, text=True,
                         env=_env(), timeout=TIMEOUT_S)
     assert p2.returncode == 0, p2.stderr[-6000:]
+    assert "packed in one row, attention per sequence): on" in p2.stderr  # the default: padding-free rows
     w1, w2 = _weights(one), _weights(two)
     w0 = load_file(str(model / "model.safetensors"))
     assert set(w1) == set(w2)

@@ -23,6 +23,7 @@ from easyvideor1.config import load_config
 from easyvideor1.data.synth import write_suite
 from easyvideor1.models.loading import load_policy
 from easyvideor1.models.lora import adapters_disabled
+from easyvideor1.models.packing import use_packed_attention
 from easyvideor1.rollout.base import SamplingParams
 from easyvideor1.rollout.hf_engine import HFEngine
 from easyvideor1.training.export import export_checkpoint
@@ -85,6 +86,8 @@ def test_step0_and_reference_equal_base(setup, tmp_path):  # noqa: F811
     groups = run.rollouts.engine.generate(prompts, 1, SamplingParams(temperature=1.0, max_tokens=8, seed=0))
     batch = make_batch(prompts, groups)
     base = load_policy(model, "float32").eval()
+    assert run.ctx.padding_free  # the default: the passes run packed rows, so the base model must too
+    use_packed_attention(base)
     lp_base = all_logprobs(base, batch, run.ctx)
     assert torch.allclose(all_logprobs(run.model, batch, run.ctx), lp_base, atol=1e-6)
 
