@@ -165,6 +165,7 @@ def build_run(cfg: Config) -> Run:
     optimizer = torch.optim.AdamW(params, lr=cfg.training.lr, weight_decay=cfg.training.weight_decay)
     ctx = ForwardContext(family=family, spec=spec, pad_token_id=processor.tokenizer.pad_token_id,
                          micro_batch_size=cfg.training.micro_batch_size,
+                         micro_batch_tokens=cfg.training.micro_batch_tokens,
                          shared_prefix=shared_prefix_state(cfg, model, reference, rank),
                          chunk_size=cfg.training.logprob_chunk_size,
                          # log-probs of the distribution the engine sampled from (greedy: the raw one)
