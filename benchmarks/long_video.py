@@ -10,7 +10,9 @@ sequences themselves). One step = the log-prob pass (`all_logprobs`, no gradient
 - padded:   `micro_batch_size` = 4 rows per micro-batch, right-padded to the longest (today's path);
 - packed:   the same 4 sequences per micro-batch, packed in one row (`padding_free`);
 - balanced: packed, and micro-batches filled up to `training.micro_batch_tokens` (= the longest
-  row rounded up to 512), longest first (`training.micro_batches`).
+  row rounded up to 512), longest first (`training.micro_batches`);
+- padded+bal: padded rows, micro-batches up to the same budget counted as rows x longest (what a
+  family that cannot pack, Qwen3.5, gets from the token budget alone).
 
 Padding fraction: the share of computed tokens that are padding (rows x longest - real tokens,
 over rows x longest; packed rows have none), the `perf/padding_fraction` the update logs.
@@ -58,7 +60,7 @@ FAMILY = "qwen2_5_vl"
 # batch order (mixed, as a shuffled batch), prompts from ~200 to ~4,000 tokens
 PROMPTS = [(8, 1390), (8, 36), (8, 500), (64, 90), (8, 1035), (8, 108), (128, 515), (8, 322)]
 RESPONSES = [128, 32, 96, 64, 48, 112, 80, 40, 120, 56, 72, 88, 104, 36, 60, 128]  # 2 per prompt
-MODES = ("padded", "packed", "balanced")
+MODES = ("padded", "packed", "balanced", "padded+bal")
 MICRO_BATCH_SIZE = 4
 
 
@@ -82,12 +84,12 @@ def _setup(model_dir: Path, mode: str):
                        "") for r in range(2)] for k in range(len(PROMPTS))]
     batch = make_batch(prompts, groups)
     longest = max(p.inputs.prompt_len for p in prompts) + max(RESPONSES)
-    packed = mode != "padded"
+    packed = mode in ("packed", "balanced")
     if packed:
         use_packed_attention(model)
     ctx = ForwardContext(family, spec, processor.tokenizer.pad_token_id, micro_batch_size=MICRO_BATCH_SIZE,
                          temperature=1.0, padding_free=packed,
-                         micro_batch_tokens=-(-longest // 512) * 512 if mode == "balanced" else 0)
+                         micro_batch_tokens=-(-longest // 512) * 512 if mode in ("balanced", "padded+bal") else 0)
     mask = batch.response_mask
     batch.advantages = torch.randn(batch.size, 1, generator=g).expand(mask.shape) * mask
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6)
@@ -163,20 +165,21 @@ def main() -> None:
     del runs
     mem = {mode: _memory(model_dir, mode) for mode in MODES}
     base = min(times["padded"]["logprob"]) + min(times["padded"]["update"])
-    print(f"{'mode':<9} {'micro':>5} {'computed':>8} {'padding':>7} {'logprob s':>9} {'update s':>8} {'step s':>7} "
+    print(f"{'mode':<10} {'micro':>5} {'computed':>8} {'padding':>7} {'logprob s':>9} {'update s':>8} {'step s':>7} "
           f"{'speed-up':>8} {'peak MiB':>8}")
     for mode in MODES:
         micros, metrics, _ = plans[mode]
         lp, up = min(times[mode]["logprob"]), min(times[mode]["update"])
-        print(f"{mode:<9} {len(micros):>5} {sum(m.cost for m in micros):>8} {metrics['perf/padding_fraction']:>7.1%} "
+        print(f"{mode:<10} {len(micros):>5} {sum(m.cost for m in micros):>8} {metrics['perf/padding_fraction']:>7.1%} "
               f"{lp:>9.2f} {up:>8.2f} {lp + up:>7.2f} {base / (lp + up):>7.2f}x {mem[mode]['rise_mib']:>8.1f}",
               flush=True)
     runs_budget = plans["balanced"][2]
-    print(f"micro: micro-batches per pass (padded / packed: {MICRO_BATCH_SIZE} sequences each; balanced: up to "
-          f"{runs_budget} tokens each); computed: tokens the model runs per pass (rows x longest when padded; "
+    print(f"micro: micro-batches per pass (padded / packed: {MICRO_BATCH_SIZE} sequences each; (padded+)balanced: up "
+          f"to {runs_budget} tokens each); computed: tokens the model runs per pass (rows x longest when padded; "
           "without the 1-token masked dummy image of each micro-batch); speed-up: padded step / step")
     print(f"memory: rise of peak RSS during one step, fresh process per mode ({mem['padded']['method']})")
     print("targets: padding fraction below 5% (packed), packed step >= 1.5x faster than padded")
+    print(f"load average while running: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
 
 
 if __name__ == "__main__":

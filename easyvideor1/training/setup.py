@@ -108,7 +108,9 @@ def shared_prefix_state(cfg: Config, model, reference, rank: int) -> bool:
         state = not reasons
         why = "on" if state else "off, plain path instead: " + "; ".join(sorted(reasons))
         n, micro = cfg.rollout.n, cfg.training.micro_batch_size
-        if state and micro % n and n % micro == 0:
+        if state and cfg.training.micro_batch_tokens:
+            why += " (whole groups per micro-batch: training.micro_batch_tokens)"
+        elif state and micro % n and n % micro == 0:
             why += f" (micro_batch_size {micro} < rollout.n {n}: each prompt runs {n // micro} times per pass)"
         elif state and micro % n:
             why += (f" (micro_batch_size {micro} is no multiple of rollout.n {n}: groups cut by a micro-batch "
