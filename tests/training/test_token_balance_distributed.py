@@ -7,6 +7,10 @@ micro-batch). Step 2 the other way round. Rank 1 must split down to rank 0's cou
 collectives mismatch and the run hangs or aborts. The run finishes, both ranks issue the same
 sequence of collectives, and the parameters equal those of a 1-process run with the fixed
 `micro_batch_size` split (the loss normaliser is exact for any split).
+
+Fillers (`training.micro_batches`): a rank holding fewer responses than another's micro-batch
+count (never in the trainer, whose ranks hold equal numbers) runs zero-loss micro-batches;
+`filler_worker.py` runs one update so, under FSDP2, against one process.
 """
 
 import json
@@ -92,3 +96,31 @@ def test_unequal_ranks_make_equal_micro_batch_counts(setup):
     for name in w1:  # same gradients up to float summation order, Adam over 2 steps
         torch.testing.assert_close(w2[name], w1[name], rtol=1e-4, atol=1e-5, msg=lambda m: f"{name}: {m}")
     assert sum(not torch.equal(w0[n], w2[n]) for n in w2 if n in w0) > len(w2) // 2
+
+
+def test_rank_with_fewer_responses_runs_zero_loss_fillers(setup, tmp_path):
+    """Rank 0 holds 3 responses, rank 1 one; every row is over a 1-token budget, so rank 0 runs 3
+    micro-batches and rank 1 its one plus 2 fillers. Fillers count zero (loss, normaliser): one
+    update ends where one process with all 4 responses in one micro-batch does."""
+    _, model, _ = setup
+    worker = str(HERE / "filler_worker.py")
+    p1 = subprocess.run([sys.executable, worker, str(model), str(tmp_path / "one"), "0"], capture_output=True,
+                        text=True, env=_env(), timeout=TIMEOUT_S)
+    assert p1.returncode == 0, p1.stderr[-4000:]
+    p2 = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                         worker, str(model), str(tmp_path / "two"), "1"], capture_output=True, text=True,
+                        env=_env(), timeout=TIMEOUT_S)
+    assert p2.returncode == 0, p2.stderr[-6000:]
+    plans = [json.loads((tmp_path / "two" / f"plan-rank{r}.json").read_text()) for r in (0, 1)]
+    assert plans == [{"micro_batches": 3, "fillers": 0}, {"micro_batches": 3, "fillers": 2}]
+    w0 = torch.load(tmp_path / "one" / "initial.pt")
+    w1 = torch.load(tmp_path / "one" / "params.pt")
+    w2 = torch.load(tmp_path / "two" / "params.pt")
+    assert set(w1) == set(w2)
+    for name in w1:  # the same gradient up to float summation order, one SGD step
+        torch.testing.assert_close(w2[name], w1[name], rtol=1e-5, atol=1e-6, msg=lambda m: f"{name}: {m}")
+    language = [n for n in w1 if "visual" not in n]  # text prompts: the vision tower sees only dummies
+    assert language and all(not torch.equal(w0[n], w1[n]) for n in language)
+    m1 = json.loads((tmp_path / "one" / "metrics.json").read_text())
+    m2 = json.loads((tmp_path / "two" / "metrics.json").read_text())
+    assert m2["actor/pg_loss"] == pytest.approx(m1["actor/pg_loss"], rel=1e-5, abs=1e-7)
