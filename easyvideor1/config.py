@@ -141,7 +141,9 @@ class TrainingConfig:
     mini_batch_size: int = 32
     """Prompts per optimizer update within a step (PPO mini-batch)."""
     micro_batch_size: int = 4
-    """Sequences per forward/backward (gradient accumulation unit)."""
+    """Sequences per forward/backward (gradient accumulation unit), when micro_batch_tokens is 0."""
+    micro_batch_tokens: int = 0
+    """Token budget per forward/backward instead (0: micro_batch_size sequences); same count on every rank."""
     shared_prefix: bool = True
     """One prompt forward (vision tower included) per group in micro-batches; exact, else plain path."""
     padding_free: bool = True
@@ -234,6 +236,9 @@ class Config:
         if t.rollout_batch_size % t.mini_batch_size:
             raise ValueError(f"training.rollout_batch_size ({t.rollout_batch_size}) must be a multiple "
                              f"of training.mini_batch_size ({t.mini_batch_size})")
+        if t.micro_batch_tokens < 0:
+            raise ValueError(f"training.micro_batch_tokens must be >= 0 (0: micro_batch_size sequences), "
+                             f"got {t.micro_batch_tokens}")
         if self.hybrid.enable and self.rollout.n < 2:
             raise ValueError("hybrid.enable needs rollout.n >= 2 (n-1 online responses + 1 offline)")
 

@@ -31,6 +31,7 @@ def test_yaml_plus_overrides(tmp_path):
     (["algorithm.preset=nope"], "valid: grpo"),
     (["training.rollout_batch_size=10", "training.mini_batch_size=4"], "multiple of"),
     (["hybrid.enable=true", "rollout.n=1"], "rollout.n >= 2"),
+    (["training.micro_batch_tokens=-1"], "micro_batch_tokens must be >= 0"),
 ])
 def test_bad_values_fail_at_load_listing_valid_ones(override, message):
     with pytest.raises(ConfigError, match=message):

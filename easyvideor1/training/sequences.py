@@ -9,7 +9,8 @@ With `ForwardContext.shared_prefix`, the responses of one group within a micro-b
 row, their prompt (and its vision features) computed once (`models.shared_prefix`). Micro-batches
 are split as in the plain path (so every rank makes the same calls either way); a group cut by a
 micro-batch boundary runs its prompt once per part, which is exact, only less shared: a
-`micro_batch_size` that is a multiple of the group size runs each prompt once.
+`micro_batch_size` that is a multiple of the group size runs each prompt once. With a token
+budget (`ForwardContext.micro_batch_tokens`, `training.micro_batches`) whole groups are packed.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from easyvideor1.models.mrope import MRopeSpec
 from easyvideor1.models.shared_prefix import SharedGroup, collate_shared
 from easyvideor1.prompts import Prompt
 from easyvideor1.records import RewardResult, Rollout
+from easyvideor1.training.micro_batches import MicroBatch, micro_batch, plan_micro_batches, response_units
 
 
 @dataclass
@@ -110,6 +112,7 @@ class ForwardContext:
     pixel_dtype: torch.dtype | None = None
     shared_prefix: bool = False  # one row per group: prompt once (`training.shared_prefix`, where exact)
     padding_free: bool = False  # sequences / group rows packed in one row (`training.padding_free`, where exact)
+    micro_batch_tokens: int = 0  # > 0: micro-batches up to this many computed tokens (`training.micro_batches`)
 
 
 def sequence_inputs(batch: RolloutBatch, indices: list[int], ctx: ForwardContext) -> list[ModelInputs]:
@@ -145,6 +148,25 @@ def micro_batches(indices: list[int], size: int) -> list[list[int]]:
     return [indices[i:i + size] for i in range(0, len(indices), size)]
 
 
+def pass_micro_batches(batch: RolloutBatch, indices: list[int], ctx: ForwardContext) -> list[MicroBatch]:
+    """The micro-batches of one pass over responses `indices`: `micro_batch_size` responses each,
+    or packed up to `micro_batch_tokens` (whole groups with `shared_prefix`), as many on every
+    rank either way (`training.micro_batches`)."""
+    lengths = batch.response_mask.sum(-1).tolist()
+    groups = batch.group_ids.tolist()
+    prompt = [p.inputs.prompt_len for p in batch.prompts]
+    names = [batch.prompts[g].inputs.sample_id for g in groups]
+
+    def units(idx: list[int]):
+        if ctx.shared_prefix:  # a group row: its prompt once, then its responses
+            return response_units(idx, groups, lengths, names, prompt_tokens=prompt)
+        return response_units(idx, groups, [prompt[g] + n for g, n in zip(groups, lengths)], names)
+
+    if ctx.micro_batch_tokens:
+        return plan_micro_batches(units(indices), ctx.micro_batch_tokens, ctx.padding_free)
+    return [micro_batch(units(idx), ctx.padding_free) for idx in micro_batches(indices, ctx.micro_batch_size)]
+
+
 def forward_logprobs(model, batch: RolloutBatch, indices: list[int], ctx: ForwardContext,
                      with_entropy: bool = False, reference=None
                      ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
@@ -165,15 +187,21 @@ def forward_logprobs(model, batch: RolloutBatch, indices: list[int], ctx: Forwar
 @torch.no_grad()
 def all_logprobs(model, batch: RolloutBatch, ctx: ForwardContext) -> torch.Tensor:
     """[N, T] log-probs of every response, micro-batch by micro-batch, without gradients."""
-    parts = [forward_logprobs(model, batch, idx, ctx)[0]
-             for idx in micro_batches(list(range(batch.size)), ctx.micro_batch_size)]
-    return torch.cat(parts).cpu()
+    out = torch.zeros(batch.response_mask.shape)
+    for mb in pass_micro_batches(batch, list(range(batch.size)), ctx):
+        part = forward_logprobs(model, batch, mb.indices, ctx)[0]
+        if not mb.filler:
+            out[mb.indices] = part.cpu()
+    return out
 
 
 @torch.no_grad()
 def all_full_kl(model, reference, batch: RolloutBatch, ctx: ForwardContext) -> torch.Tensor:
     """[N, T] exact KL(model || reference) over the vocabulary at every response token,
     micro-batch by micro-batch (`kl_estimator: full` as a reward penalty)."""
-    parts = [forward_logprobs(model, batch, idx, ctx, reference=reference)[2]
-             for idx in micro_batches(list(range(batch.size)), ctx.micro_batch_size)]
-    return torch.cat(parts).cpu()
+    out = torch.zeros(batch.response_mask.shape)
+    for mb in pass_micro_batches(batch, list(range(batch.size)), ctx):
+        part = forward_logprobs(model, batch, mb.indices, ctx, reference=reference)[2]
+        if not mb.filler:
+            out[mb.indices] = part.cpu()
+    return out

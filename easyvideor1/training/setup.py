@@ -109,7 +109,9 @@ def shared_prefix_state(cfg: Config, model, reference, rank: int) -> bool:
         state = not reasons
         why = "on" if state else "off, plain path instead: " + "; ".join(sorted(reasons))
         n, micro = cfg.rollout.n, cfg.training.micro_batch_size
-        if state and micro % n and n % micro == 0:
+        if state and cfg.training.micro_batch_tokens:
+            why += " (whole groups per micro-batch: training.micro_batch_tokens)"
+        elif state and micro % n and n % micro == 0:
             why += f" (micro_batch_size {micro} < rollout.n {n}: each prompt runs {n // micro} times per pass)"
         elif state and micro % n:
             why += (f" (micro_batch_size {micro} is no multiple of rollout.n {n}: groups cut by a micro-batch "
@@ -188,6 +190,7 @@ def build_run(cfg: Config) -> Run:
     optimizer = torch.optim.AdamW(params, lr=cfg.training.lr, weight_decay=cfg.training.weight_decay)
     ctx = ForwardContext(family=family, spec=spec, pad_token_id=processor.tokenizer.pad_token_id,
                          micro_batch_size=cfg.training.micro_batch_size,
+                         micro_batch_tokens=cfg.training.micro_batch_tokens,
                          shared_prefix=shared_prefix_state(cfg, model, reference, rank), padding_free=padding_free,
                          chunk_size=cfg.training.logprob_chunk_size,
                          # log-probs of the distribution the engine sampled from (greedy: the raw one)

@@ -9,6 +9,11 @@ The logged metrics are as split-invariant as the gradient (`UpdateMetrics`): los
 summed over micro-batches (each is already divided by the mini-batch normaliser), token means
 are weighted by token count, extremes take the extreme, all over every rank; then averaged over
 the optimizer steps of the update.
+
+Micro-batches come from `pass_micro_batches` (a fixed count, or a token budget: as many on every
+rank). A *filler* micro-batch (`training.micro_batches`: a rank with fewer responses than the
+others' micro-batch count) runs forward and backward with its loss times zero, outside the
+normaliser and the metrics, only so that every rank makes the same collectives.
 """
 
 from __future__ import annotations
@@ -23,7 +28,8 @@ from easyvideor1.algorithms import POLICY_LOSSES, loss_normalizer
 from easyvideor1.algorithms.kl import k1_sums
 from easyvideor1.algorithms.policy_losses import METRIC_REDUCTIONS, LossInputs
 from easyvideor1.algorithms.config import AlgorithmConfig
-from easyvideor1.training.sequences import ForwardContext, RolloutBatch, forward_logprobs, micro_batches
+from easyvideor1.training.micro_batches import balance_metrics
+from easyvideor1.training.sequences import ForwardContext, RolloutBatch, forward_logprobs, pass_micro_batches
 
 
 def mini_batches(batch: RolloutBatch, n_mini: int, generator: torch.Generator | None = None) -> list[list[int]]:
@@ -113,13 +119,16 @@ def policy_update(model, optimizer: torch.optim.Optimizer, batch: RolloutBatch, 
     full_kl_loss = algo.use_kl_loss and not algo.disable_kl and algo.kl_estimator == "full"
     if full_kl_loss and reference is None:
         raise ValueError("kl_estimator 'full' with use_kl_loss needs the reference model in policy_update")
+    planned = []  # every micro-batch run, for the balance metrics
     for _ in range(ppo_epochs):
         for mini in mini_batches(batch, n_mini, generator):
-            micros = micro_batches(mini, ctx.micro_batch_size)
-            normalizer = loss_normalizer([batch.response_mask[m] for m in micros], algo.loss_agg_mode,
-                                         max_len=max_len, all_reduce=distributed.is_distributed())
+            micros = pass_micro_batches(batch, mini, ctx)
+            planned += micros
+            normalizer = loss_normalizer([batch.response_mask[m.indices] for m in micros if not m.filler],
+                                         algo.loss_agg_mode, max_len=max_len, all_reduce=distributed.is_distributed())
             optimizer.zero_grad(set_to_none=True)
-            for idx in micros:
+            for mb in micros:
+                idx = mb.indices
                 logp, ent, full_kl = forward_logprobs(model, batch, idx, ctx, with_entropy=need_entropy,
                                                       reference=reference if full_kl_loss else None)
                 dev = logp.device
@@ -137,6 +146,9 @@ def policy_update(model, optimizer: torch.optim.Optimizer, batch: RolloutBatch, 
                     offline_mask=batch.offline[idx].to(dev),
                 )
                 loss, metrics = POLICY_LOSSES[algo.policy_loss](inputs, algo, normalizer, kl_coef=kl_coef)
+                if mb.filler:  # the other ranks' collectives, no gradient
+                    (loss * 0.0).backward()
+                    continue
                 loss.backward()
                 stats.add_micro(metrics, int(mask.sum()))
                 if batch.old_log_probs is None and ref is not None:  # the policy-ref KL of this batch (k1)
@@ -150,4 +162,4 @@ def policy_update(model, optimizer: torch.optim.Optimizer, batch: RolloutBatch, 
             else:
                 optimizer.zero_grad(set_to_none=True)
             stats.add_step(grad_norm)
-    return stats.result()
+    return stats.result() | balance_metrics(planned)
