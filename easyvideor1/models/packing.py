@@ -78,7 +78,8 @@ def block_mask(segment: torch.Tensor) -> torch.Tensor:
 
 def packed_attention(module, query, key, value, attention_mask, dropout: float = 0.0, scaling=None,
                      packing: Packing | None = None, **kwargs):
-    """Attention over a packed row, one block at a time (module docstring); transformers' SDPA
+    """Attention over a packed row, block by block or short blocks in one batched call
+    (`BATCHED_WASTE`) (module docstring); transformers' SDPA
     when called without `packing`. query [1, H, L, D], key/value [1, H_kv, L, D]; returns
     ([1, L, H, D], None) as transformers' attention functions do."""
     if packing is None:
@@ -86,11 +87,32 @@ def packed_attention(module, query, key, value, attention_mask, dropout: float =
                                       **kwargs)
     if query.shape[0] != 1 or query.shape[2] != packing.length:
         raise ValueError(f"a packed row is one row of {packing.length} tokens; attention got {tuple(query.shape)}")
+    sizes = [e - s for s, e in packing.blocks]
+    if 1 < len(sizes) and max(sizes) <= BATCHED_MAX_LEN and \
+            len(sizes) * max(sizes) ** 2 <= BATCHED_WASTE * sum(n * n for n in sizes):
+        out = _batched_blocks(query, key, value, packing, sizes, scaling)
+    else:
+        out = _block_by_block(query, key, value, packing, sizes, scaling)
+    return out.transpose(1, 2).contiguous(), None
+
+
+BATCHED_WASTE = 2.0
+"""Blocks of similar length run as one batched SDPA call (each block a row, padded to the
+longest) when that computes at most this many times the attention scores of one call per block:
+many short blocks (CPU and GPU alike pay a fixed cost per call) gain more from one call than
+they lose to the padding, which exists inside attention only. Long blocks of unequal length run
+one call each."""
+BATCHED_MAX_LEN = 2048
+"""Longest block of a batched call: beyond it a call is long enough to pay its fixed cost, and the
+batched call's [m, W, W] mask would grow large."""
+
+
+def _block_by_block(query, key, value, packing: Packing, sizes: list[int], scaling) -> torch.Tensor:
+    """[1, H, L, D]: one SDPA call per block."""
     gqa = query.shape[1] != key.shape[1]
-    shared = packing.shared or (False,) * (len(packing.bounds) - 1)
+    shared = packing.shared or (False,) * len(sizes)
     # split, not one slice per block: a slice's backward writes its gradient into a zero tensor of
     # the whole row (m blocks: m row-sized tensors); split's backward concatenates the m parts once
-    sizes = [e - s for s, e in packing.blocks]
     out = []
     for (s, e), is_shared, q, k, v in zip(packing.blocks, shared, query.split(sizes, 2), key.split(sizes, 2),
                                           value.split(sizes, 2)):
@@ -99,7 +121,34 @@ def packed_attention(module, query, key, value, attention_mask, dropout: float =
             out.append(F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scaling, enable_gqa=gqa))
         else:
             out.append(F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scaling, enable_gqa=gqa))
-    return torch.cat(out, dim=2).transpose(1, 2).contiguous(), None
+    return torch.cat(out, dim=2)
+
+
+def _batched_blocks(query, key, value, packing: Packing, sizes: list[int], scaling) -> torch.Tensor:
+    """[1, H, L, D]: the blocks as the rows of one SDPA call, each padded to the longest; a padding
+    query attends only to itself (never a fully masked row) and no real query sees padding."""
+    m, width, device = len(sizes), max(sizes), query.device
+    starts = torch.tensor(packing.bounds[:-1], device=device)
+    cols = torch.arange(width, device=device)
+    valid = cols[None] < torch.tensor(sizes, device=device)[:, None]  # [m, W]
+    index = torch.where(valid, starts[:, None] + cols[None], 0)  # [m, W] -> row position
+    segment = torch.zeros(m, width, dtype=torch.long, device=device)
+    if packing.segment is not None and packing.shared:
+        shared = torch.tensor(packing.shared, device=device)[:, None]
+        segment = torch.where(shared, packing.segment[index], 0)
+    segment = torch.where(valid, segment, -1)
+    q_seg, k_seg = segment[:, :, None], segment[:, None, :]
+    causal = torch.ones(width, width, dtype=torch.bool, device=device).tril()
+    mask = causal & ((k_seg == 0) | (k_seg == q_seg))  # padding sits after a block: causal keeps it unseen
+    mask |= torch.eye(width, dtype=torch.bool, device=device) & ~valid[:, :, None]  # padding: itself only
+    flat = index.flatten()
+
+    def rows(x):  # [1, H, L, D] -> [m, H, W, D]
+        return x[0].index_select(1, flat).unflatten(1, (m, width)).transpose(0, 1)
+
+    out = F.scaled_dot_product_attention(rows(query), rows(key), rows(value), attn_mask=mask[:, None], scale=scaling,
+                                         enable_gqa=query.shape[1] != key.shape[1])  # [m, H, W, D]
+    return out.transpose(0, 1).flatten(1, 2)[:, valid.flatten()][None]  # [1, H, L, D], row order
 
 
 AttentionInterface.register(PACKED_ATTENTION, packed_attention)
