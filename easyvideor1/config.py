@@ -144,6 +144,8 @@ class TrainingConfig:
     """Sequences per forward/backward (gradient accumulation unit)."""
     shared_prefix: bool = True
     """One prompt forward (vision tower included) per group in micro-batches; exact, else plain path."""
+    sequence_parallel_size: int = 1
+    """Ulysses sequence parallelism: each packed row split over k ranks (k divides the processes and heads)."""
     logprob_chunk_size: int = 1024
     """Response tokens whose [tokens, vocab] logits are made at once (memory of the log-prob passes)."""
     ppo_epochs: int = 1
@@ -232,6 +234,8 @@ class Config:
         if t.rollout_batch_size % t.mini_batch_size:
             raise ValueError(f"training.rollout_batch_size ({t.rollout_batch_size}) must be a multiple "
                              f"of training.mini_batch_size ({t.mini_batch_size})")
+        if t.sequence_parallel_size < 1:
+            raise ValueError(f"training.sequence_parallel_size must be >= 1 (1: off), got {t.sequence_parallel_size}")
         if self.hybrid.enable and self.rollout.n < 2:
             raise ValueError("hybrid.enable needs rollout.n >= 2 (n-1 online responses + 1 offline)")
 

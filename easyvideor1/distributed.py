@@ -198,3 +198,20 @@ def all_reduce_grad(tensor: torch.Tensor, group: Any = None) -> torch.Tensor:
     if not is_distributed(group):
         return tensor
     return _AllReduceSum.apply(tensor, group)
+
+
+def strided_subgroups(stride: int) -> Any:
+    """Groups of the ranks equal modulo `stride` ({r, r + stride, ...}); this rank's (None in
+    one process). Under sequence parallelism of size `stride` these are the data-parallel
+    replicas: one rank of each sequence-parallel group."""
+    world = world_size()
+    if world % stride:
+        raise ValueError(f"{world} processes cannot be strided by {stride}")
+    if not is_initialized():
+        return None
+    mine = None
+    for first in range(stride):
+        group = dist.new_group(list(range(first, world, stride)))
+        if rank() % stride == first:
+            mine = group
+    return mine

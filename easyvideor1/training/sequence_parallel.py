@@ -1,0 +1,87 @@
+"""Set-up of Ulysses sequence parallelism (`training.sequence_parallel_size`, `models.ulysses`).
+
+The mesh is data-parallel x sequence-parallel: rank r = dp_rank * k + sp_rank, the k consecutive
+ranks of a group hold the same prompts (the loader slices by dp_rank) and split each packed row.
+FSDP2 still shards over the whole world. Every rank generates its group's prompts (the HF
+engine's forwards are collectives of the whole world); the group's first rank's rollouts and
+rewards then replace the others' (`share_scored`), so the k copies are identical even where
+generation is not bitwise reproducible across ranks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from easyvideor1 import distributed
+from easyvideor1.config import Config
+from easyvideor1.config_tree import ConfigError
+from easyvideor1.models.packing import packing_blocker
+from easyvideor1.models.ulysses import SequenceParallel, use_ulysses_attention
+from easyvideor1.training.groups import ScoredGroups
+
+
+@dataclass(frozen=True)
+class DataParallel:
+    """This rank's data-parallel coordinates (rank and world of the prompts it holds)."""
+
+    rank: int
+    world: int
+    group: Any = None
+    """Ranks holding different prompts (one per sequence-parallel group); None: the whole world."""
+
+
+def data_parallel(cfg: Config, rank: int, world: int) -> DataParallel:
+    """Check `training.sequence_parallel_size` against the world; this rank's data-parallel place."""
+    k = cfg.training.sequence_parallel_size
+    if k < 1 or world % k:
+        raise ConfigError(f"training.sequence_parallel_size={k} must be >= 1 and divide the number of processes "
+                          f"({world}); launch a multiple of {k} processes")
+    return DataParallel(rank // k, world // k)
+
+
+def sequence_parallel_blocker(config, k: int) -> str | None:
+    """Why a model with HF `config` cannot split its rows over k ranks, or None."""
+    text = config.get_text_config()
+    why = packing_blocker(config)
+    if why is not None:
+        return f"sequence parallelism splits packed rows, and this model cannot pack: {why}"
+    if text.num_attention_heads % k:
+        return f"its {text.num_attention_heads} attention heads do not divide by sequence_parallel_size={k}"
+    return None
+
+
+def setup_sequence_parallel(cfg: Config, models: list, rank: int, pad_token_id: int
+                            ) -> tuple[SequenceParallel | None, DataParallel]:
+    """The groups and the attention of sequence parallelism (None when off), and the data-parallel
+    place. Call before sharding (`training.fsdp.shard(vision_unit=True)`, then `run_root_once`)."""
+    world = distributed.world_size()
+    dp = data_parallel(cfg, rank, world)
+    k = cfg.training.sequence_parallel_size
+    if k == 1:
+        return None, dp
+    if cfg.model.lora.rank:
+        raise ConfigError("training.sequence_parallel_size > 1 with LoRA (model.lora.rank > 0) is not supported; "
+                          "set one of them off")
+    for m in models:
+        why = sequence_parallel_blocker(m.config, k)
+        if why is not None:
+            raise ConfigError(f"training.sequence_parallel_size={k}: {why}")
+    sp = SequenceParallel(distributed.new_subgroups(k), rank % k, k, pad_token_id)
+    dp = DataParallel(dp.rank, dp.world, distributed.strided_subgroups(k))
+    for m in models:
+        use_ulysses_attention(m)
+    return sp, dp
+
+
+def share_scored(scored: ScoredGroups, sp: SequenceParallel | None) -> ScoredGroups:
+    """The group's first rank's rollouts and rewards on every rank of the sequence-parallel group."""
+    if sp is None:
+        return scored
+    first = distributed.all_gather_objects((scored.groups, scored.results,
+                                            [p.sample.problem_id for p in scored.prompts]), sp.group)[0]
+    if first[2] != [p.sample.problem_id for p in scored.prompts]:
+        raise RuntimeError("the ranks of a sequence-parallel group built different prompts; they must share a data "
+                           "slice (training.loader.rank_slice by data-parallel rank)")
+    scored.groups, scored.results = first[0], first[1]
+    return scored
