@@ -157,20 +157,25 @@ def all_to_all(tensor: torch.Tensor, group: Any = None) -> torch.Tensor:
     return _AllToAll.apply(tensor, group)
 
 
+# torch 2.13 renamed them (the old names warn); older torch has only the old names
+_ALL_GATHER = getattr(dist, "all_gather_single", dist.all_gather_into_tensor)
+_REDUCE_SCATTER = getattr(dist, "reduce_scatter_single", dist.reduce_scatter_tensor)
+
+
 class _AllGather(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, group):
         ctx.group = group
         buf = tensor.to(collective_device(group)).contiguous()
         out = buf.new_empty((world_size(group) * buf.shape[0], *buf.shape[1:]))  # gloo: blocks along dim 0
-        dist.all_gather_into_tensor(out, buf, group=group)
+        _ALL_GATHER(out, buf, group=group)
         return out.view(world_size(group), *buf.shape).to(tensor.device)
 
     @staticmethod
     def backward(ctx, grad):
         buf = grad.to(collective_device(ctx.group)).contiguous()
         out = buf.new_empty(buf.shape[1:])
-        dist.reduce_scatter_tensor(out, buf.flatten(0, 1), group=ctx.group)
+        _REDUCE_SCATTER(out, buf.flatten(0, 1), group=ctx.group)
         return out.to(grad.device), None
 
 
@@ -215,3 +220,11 @@ def strided_subgroups(stride: int) -> Any:
         if rank() % stride == first:
             mine = group
     return mine
+
+
+def close() -> None:
+    """Leave every process group (the sub-groups too), after the other ranks are done. Without it
+    a process exiting with gloo sub-groups alive may abort in their threads' destructors."""
+    if is_initialized():
+        barrier()
+        dist.destroy_process_group()

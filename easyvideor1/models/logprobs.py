@@ -191,7 +191,11 @@ def sequence_logprobs(
         parts = torch.zeros(3, every_n, dtype=torch.float32, device=hidden.device)
         parts = parts.index_put((torch.arange(3, device=hidden.device)[:, None], here_idx[None]),
                                 torch.stack([logp, ent, kl]))
-        logp, ent, kl = distributed.all_reduce_grad(parts, sp.group)
+        # The anchor goes through the all-reduce too: then in backward every head call (an FSDP
+        # all-gather of the world) comes after the group's all-reduce on every rank. Beside it, a
+        # rank could recompute a filler head call first while another waits in the all-reduce: deadlock.
+        logp, ent, kl = distributed.all_reduce_grad(parts + anchor, sp.group)
+        anchor = 0.0
         b_idx, t_idx = every_b, every_t
     full = torch.zeros(mask.shape, dtype=torch.float32, device=hidden.device)
     logprobs = full.index_put((b_idx, t_idx), logp) + anchor

@@ -43,8 +43,8 @@ def main():
     assert total.item() == world * (world + 1) / 2
     (total * (rank + 1)).sum().backward()
     assert y.grad.item() == world * (world + 1) / 2
-    distributed.barrier()
     print(f"rank {rank}: ok")
+    distributed.close()
 
 
 if __name__ == "__main__":

@@ -83,7 +83,7 @@ def main():
     params = full_state_dict(model) if world > 1 else {k: v.detach().clone() for k, v in model.state_dict().items()}
     if rank == 0:
         torch.save({"first": first, "params": params}, out_path)
-    distributed.barrier()
+    distributed.close()
 
 
 if __name__ == "__main__":

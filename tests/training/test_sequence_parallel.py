@@ -45,7 +45,31 @@ def test_sp2_trains_as_one_process(setup):
     assert p.returncode == 0, p.stderr[-4000:]
     p = _train(sp2, 2)
     assert p.returncode == 0, p.stderr[-6000:]
+    assert "sequence parallelism: 2 ranks per row, 1 data-parallel groups" in p.stderr
+    # group-shared rows (a group's prompt once) stay on under SP: packed rows with segments
+    assert "shared prefix (a group's prompt runs once per micro-batch): on" in p.stderr
     _same_run(outs["one"], outs["sp2"])
+
+
+def test_sp2_with_reference_and_checkpointing(setup):
+    """A KL loss of kind `full` (the reference runs under SP too, inside the update) and gradient
+    checkpointing (each checkpointed layer repeats its all-to-alls in backward) on the SP side."""
+    root, model, data = setup
+    algo = {"adv_estimator": "grpo", "policy_loss": "ppo_clip", "loss_agg_mode": "token_mean", "disable_kl": False,
+            "use_kl_loss": True, "kl_estimator": "full", "kl_coef": 0.1}
+    outs = {k: root / f"spkl_{k}" for k in ("one", "sp2")}
+    for out in outs.values():
+        shutil.rmtree(out, ignore_errors=True)
+    one = write_config(root, model, data, outs["one"], steps=3, algorithm=algo)
+    sp2 = write_config(root, model, data, outs["sp2"], steps=3, algorithm=algo, training__sequence_parallel_size=2,
+                       model__gradient_checkpointing=True)
+    p = _train(one, 1)
+    assert p.returncode == 0, p.stderr[-4000:]
+    p = _train(sp2, 2)
+    assert p.returncode == 0, p.stderr[-6000:]
+    _same_run(outs["one"], outs["sp2"])
+    kl = [json.loads(l)["actor/kl_loss"] for l in (outs["sp2"] / "metrics.jsonl").read_text().splitlines()]
+    assert kl[-1] > 0  # the policy moved away from the reference: the KL term is live
 
 
 def test_dp2_sp2_trains_as_dp2(setup):
