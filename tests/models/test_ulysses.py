@@ -148,3 +148,18 @@ def test_dp2_sp2_equals_dp2(tiny_dirs, tmp_path):
     _run([worker, "qwen2_5_vl", model, tmp_path / "dp2.pt", 1, 2], procs=2)
     _run([worker, "qwen2_5_vl", model, tmp_path / "dp2sp2.pt", 2, 2], procs=4)
     _compare(model, tmp_path / "dp2.pt", tmp_path / "dp2sp2.pt")
+
+
+def test_models_that_cannot_split_say_why(tiny_dirs):
+    from transformers import AutoConfig
+
+    from easyvideor1.training.sequence_parallel import sequence_parallel_blocker
+
+    qwen25 = AutoConfig.from_pretrained(tiny_dirs["qwen2_5_vl"])
+    qwen25._attn_implementation = "sdpa"  # as load_policy loads it
+    assert sequence_parallel_blocker(qwen25, 2) is None  # 2 heads, 1 kv head (repeated)
+    assert "2 attention heads do not divide by sequence_parallel_size=4" in sequence_parallel_blocker(qwen25, 4)
+    qwen35 = AutoConfig.from_pretrained(tiny_dirs["qwen3_5"])
+    qwen35._attn_implementation = "sdpa"
+    why = sequence_parallel_blocker(qwen35, 2)
+    assert why is not None and "cannot pack" in why and "linear-attention" in why
