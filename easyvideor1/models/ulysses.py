@@ -190,6 +190,8 @@ def encode_vision(inner, batch: Batch, sp: SequenceParallel) -> tuple[dict[str, 
     """Every image's and video's features, per modality: [pooled [F, D], deepstack level 1, ...]
     (deepstack only for Qwen3-VL), each rank encoding its share (`vision_shares`), all-gathered
     with gradients. Also the tower's output class (for `mm_encoder_outputs`)."""
+    if batch.image_grid_thw is None and batch.video_grid_thw is None:  # every rank must call the tower
+        raise ValueError("a sequence-parallel row needs vision input (collate with dummy_vision=True)")
     visual = inner.visual
     merge = visual.spatial_merge_size
     shares = vision_shares(batch.image_grid_thw, batch.video_grid_thw, sp.size)

@@ -140,6 +140,7 @@ def test_sp2_equals_one_process(tiny_dirs, tmp_path, name):
     _run([worker, name, tiny_dirs[name], tmp_path / "one.pt", 1])
     _run([worker, name, tiny_dirs[name], tmp_path / "sp2.pt", 2], procs=2)
     _compare(tiny_dirs[name], tmp_path / "one.pt", tmp_path / "sp2.pt")
+    assert torch.load(tmp_path / "one.pt", weights_only=False)["first"]["length"] % 2 == 1  # a pad block was added
 
 
 def test_dp2_sp2_equals_dp2(tiny_dirs, tmp_path):

@@ -37,7 +37,7 @@ def sequences(family, processor, spec):
     video2 = make_video(family, frames=2, rows=1, cols=2, seed=3)
     cases = {"video": [video], "text": [], "image": [image], "video+image": [video2, image]}
     tok = processor.tokenizer
-    answers = ["It is red.", "4", "Two squares moving left.", "A"]
+    answers = ["It is red.", "45", "Two squares moving left.", "A"]  # an odd row: a pad block under SP 2
     out = []
     for (name, frames), answer in zip(cases.items(), answers):
         prompt = build_inputs(make_sample(name, frames), frames, "What is shown?", processor, family, spec)
@@ -74,7 +74,7 @@ def main():
         out = sequence_logprobs(model, batch, chunk_size=16, with_entropy=True, sp=sp)
         if first is None:
             first = {"logprobs": out.logprobs.detach(), "entropy": out.entropy.detach(), "mask": out.mask,
-                     "spans": batch.seq_spans}
+                     "spans": batch.seq_spans, "length": batch.input_ids.shape[1]}
         normalizer = loss_normalizer([out.mask], "token_mean", all_reduce=distributed.is_distributed())
         loss = -(out.logprobs * out.mask).sum() / normalizer + 0.1 * (out.entropy * out.mask).sum() / normalizer
         optimizer.zero_grad(set_to_none=True)
