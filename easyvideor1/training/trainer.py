@@ -12,11 +12,11 @@ ranks are reduced where they are made (`distributed`); `StepMetrics` averages th
 from __future__ import annotations
 
 import itertools
-from functools import partial
 import json
 import logging
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
