@@ -1,12 +1,14 @@
 """One process of the sequence-parallel tests (tests/models/test_ulysses.py), under torchrun or
 alone: log-probs of a packed mixed-modality batch, then 3 SGD steps on its token-mean loss.
 
-    python ulysses_worker.py FAMILY MODEL_DIR OUT.pt SP_SIZE [DP_SIZE]
+    python ulysses_worker.py FAMILY MODEL_DIR OUT.pt SP_SIZE [DP_SIZE] [text]
 
 World = DP_SIZE x SP_SIZE (1 x 1: one process, no group, plain packed attention). The global
 batch (4 sequences) is split over the data-parallel ranks as the trainer splits prompts; the
 ranks of a sequence-parallel group hold the same sequences. Rank 0 writes the first pass's
 log-probs / entropies of its sequences, and the parameters after the steps, to OUT.pt.
+`text`: text prompts only (the row's vision input is then the two masked dummies: fewer vision
+units than ranks when SP_SIZE > 2, so some ranks encode an empty share).
 """
 
 import os
@@ -32,10 +34,12 @@ from easyvideor1.training.fsdp import full_state_dict, init_distributed, run_roo
 from easyvideor1.training.loader import rank_slice  # noqa: E402
 
 
-def sequences(family, processor, spec):
+def sequences(family, processor, spec, text_only: bool = False):
     video, image = make_video(family, frames=4), make_image(family)
     video2 = make_video(family, frames=2, rows=1, cols=2, seed=3)
     cases = {"video": [video], "text": [], "image": [image], "video+image": [video2, image]}
+    if text_only:
+        cases = {f"text{i}": [] for i in range(4)}
     tok = processor.tokenizer
     answers = ["It is red.", "45", "Two squares moving left.", "A"]  # an odd row: a pad block under SP 2
     out = []
@@ -48,6 +52,7 @@ def sequences(family, processor, spec):
 def main():
     family_name, model_dir, out_path, sp_size = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
     dp_size = int(sys.argv[5]) if len(sys.argv) > 5 else 1
+    text_only = len(sys.argv) > 6 and sys.argv[6] == "text"
     torch.manual_seed(0)
     rank, world, device = init_distributed()
     assert world == dp_size * sp_size, (world, dp_size, sp_size)
@@ -65,7 +70,7 @@ def main():
     shard(model, vision_unit=sp is not None)
     if world > 1:
         run_root_once(model, device)
-    seqs = rank_slice(sequences(family, processor, spec), rank // sp_size, dp_size)
+    seqs = rank_slice(sequences(family, processor, spec, text_only), rank // sp_size, dp_size)
     batch = collate(seqs, family, spec, processor.tokenizer.pad_token_id, padding_free=True)
     # Plain SGD: a gradient off by a constant factor (Adam would hide it) moves the parameters otherwise.
     optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=1.0)
