@@ -3,9 +3,10 @@
 The mesh is data-parallel x sequence-parallel: rank r = dp_rank * k + sp_rank, the k consecutive
 ranks of a group hold the same prompts (the loader slices by dp_rank) and split each packed row.
 FSDP2 still shards over the whole world. Every rank generates its group's prompts (the HF
-engine's forwards are collectives of the whole world); the group's first rank's rollouts and
-rewards then replace the others' (`share_scored`), so the k copies are identical even where
-generation is not bitwise reproducible across ranks.
+engine's forwards are collectives of the whole world); the group's first rank's responses
+replace the others' before scoring (`share_rollouts`, so dynamic sampling keeps the same groups
+on the k ranks) and its rewards after (`share_scored`), so the k copies are identical even where
+generation or a reward is not bitwise reproducible across ranks.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from easyvideor1.config import Config
 from easyvideor1.config_tree import ConfigError
 from easyvideor1.models.packing import packing_blocker
 from easyvideor1.models.ulysses import SequenceParallel, use_ulysses_attention
+from easyvideor1.prompts import Prompt
+from easyvideor1.records import Rollout
 from easyvideor1.training.groups import ScoredGroups
 
 
@@ -74,14 +77,25 @@ def setup_sequence_parallel(cfg: Config, models: list, rank: int, pad_token_id: 
     return sp, dp
 
 
-def share_scored(scored: ScoredGroups, sp: SequenceParallel | None) -> ScoredGroups:
-    """The group's first rank's rollouts and rewards on every rank of the sequence-parallel group."""
-    if sp is None:
-        return scored
-    first = distributed.all_gather_objects((scored.groups, scored.results,
-                                            [p.sample.problem_id for p in scored.prompts]), sp.group)[0]
-    if first[2] != [p.sample.problem_id for p in scored.prompts]:
+def _first_rank(sp: SequenceParallel, prompts: list[Prompt], value):
+    ids = [p.sample.problem_id for p in prompts]
+    first_ids, first_value = distributed.all_gather_objects((ids, value), sp.group)[0]
+    if first_ids != ids:
         raise RuntimeError("the ranks of a sequence-parallel group built different prompts; they must share a data "
                            "slice (training.loader.rank_slice by data-parallel rank)")
-    scored.groups, scored.results = first[0], first[1]
+    return first_value
+
+
+def share_rollouts(sp: SequenceParallel, prompts: list[Prompt], groups: list[list[Rollout]]) -> list[list[Rollout]]:
+    """The group's first rank's responses (`RolloutStage.share`): generation need not be bitwise
+    reproducible across ranks for the k copies to score, filter and train on the same ones."""
+    return _first_rank(sp, prompts, groups)
+
+
+def share_scored(scored: ScoredGroups, sp: SequenceParallel | None) -> ScoredGroups:
+    """The group's first rank's groups and rewards on every rank of the sequence-parallel group
+    (a reward that is not reproducible, e.g. a judge model, could otherwise differ)."""
+    if sp is None:
+        return scored
+    scored.groups, scored.results = _first_rank(sp, scored.prompts, (scored.groups, scored.results))
     return scored

@@ -72,6 +72,25 @@ def test_sp2_with_reference_and_checkpointing(setup):
     assert kl[-1] > 0  # the policy moved away from the reference: the KL term is live
 
 
+def test_sp2_dynamic_sampling(setup):
+    """DAPO (online filtering): the ranks of a group filter the same responses (shared before scoring)."""
+    root, model, data = setup
+    outs = {k: root / f"spdapo_{k}" for k in ("one", "sp2")}
+    for out in outs.values():
+        shutil.rmtree(out, ignore_errors=True)
+    one = write_config(root, model, data, outs["one"], steps=3, algorithm={"preset": "dapo"})
+    sp2 = write_config(root, model, data, outs["sp2"], steps=3, algorithm={"preset": "dapo"},
+                       training__sequence_parallel_size=2)
+    p = _train(one, 1)
+    assert p.returncode == 0, p.stderr[-4000:]
+    p = _train(sp2, 2)
+    assert p.returncode == 0, p.stderr[-6000:]
+    _same_run(outs["one"], outs["sp2"])
+    for a, b in zip(*((outs[k] / "metrics.jsonl").read_text().splitlines() for k in ("one", "sp2"))):
+        a, b = json.loads(a), json.loads(b)
+        assert a["filter/filter_groups_kept"] == b["filter/filter_groups_kept"] == 4  # copies counted once
+
+
 def test_dp2_sp2_trains_as_dp2(setup):
     root, model, data = setup
     outs = {k: root / f"dpsp_{k}" for k in ("dp2", "dp2sp2")}
