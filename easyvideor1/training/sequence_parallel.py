@@ -11,8 +11,11 @@ generation or a reward is not bitwise reproducible across ranks.
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import Any
+
+import transformers
 
 from easyvideor1 import distributed
 from easyvideor1.config import Config
@@ -70,6 +73,10 @@ def setup_sequence_parallel(cfg: Config, models: list, rank: int, pad_token_id: 
         why = sequence_parallel_blocker(m.config, k)
         if why is not None:
             raise ConfigError(f"training.sequence_parallel_size={k}: {why}")
+        if "mm_encoder_outputs" not in inspect.signature(type(m.model).forward).parameters:
+            raise ConfigError(f"training.sequence_parallel_size={k}: {type(m.model).__name__}.forward in transformers "
+                              f"{transformers.__version__} takes no mm_encoder_outputs (precomputed vision features; "
+                              "5.19 has it), which sequence parallelism hands it")
     sp = SequenceParallel(distributed.new_subgroups(k), rank % k, k, pad_token_id)
     dp = DataParallel(dp.rank, dp.world, distributed.strided_subgroups(k))
     for m in models:
