@@ -148,6 +148,8 @@ class TrainingConfig:
     """One prompt forward (vision tower included) per group in micro-batches; exact, else plain path."""
     padding_free: bool = True
     """Log-prob passes and update on packed rows (no pad token computed) where exact, else padded."""
+    sequence_parallel_size: int = 1
+    """Ulysses sequence parallelism: each packed row split over k ranks (k divides the processes and heads)."""
     logprob_chunk_size: int = 1024
     """Response tokens whose [tokens, vocab] logits are made at once (memory of the log-prob passes)."""
     ppo_epochs: int = 1
@@ -239,6 +241,8 @@ class Config:
         if t.micro_batch_tokens < 0:
             raise ValueError(f"training.micro_batch_tokens must be >= 0 (0: micro_batch_size sequences), "
                              f"got {t.micro_batch_tokens}")
+        if t.sequence_parallel_size < 1:
+            raise ValueError(f"training.sequence_parallel_size must be >= 1 (1: off), got {t.sequence_parallel_size}")
         if self.hybrid.enable and self.rollout.n < 2:
             raise ValueError("hybrid.enable needs rollout.n >= 2 (n-1 online responses + 1 offline)")
 

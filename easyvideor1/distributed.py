@@ -107,3 +107,124 @@ def all_gather_objects(obj: Any, group: Any = None) -> list[Any]:
 def barrier(group: Any = None) -> None:
     if is_distributed(group):
         dist.barrier(group=group)
+
+
+def new_subgroups(size: int) -> Any:
+    """Split the world into groups of `size` consecutive ranks; return this rank's group (None in
+    one process). Every rank creates every group, in the same order, as `torch.distributed`
+    requires."""
+    world = world_size()
+    if world % size:
+        raise ValueError(f"{world} processes cannot be split into groups of {size}")
+    if not is_initialized():
+        return None
+    mine = None
+    for first in range(0, world, size):
+        group = dist.new_group(list(range(first, first + size)))
+        if first <= rank() < first + size:
+            mine = group
+    return mine
+
+
+# Collectives with gradients (sequence parallelism): each backward is the forward's adjoint, so
+# the backward of the k ranks together is the gradient of the sum of their losses.
+
+class _AllToAll(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, group):
+        ctx.group = group
+        return _all_to_all(tensor, group)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _all_to_all(grad.contiguous(), ctx.group), None
+
+
+def _all_to_all(tensor: torch.Tensor, group: Any) -> torch.Tensor:
+    buf = tensor.to(collective_device(group)).contiguous()
+    out = torch.empty_like(buf)
+    dist.all_to_all_single(out, buf, group=group)
+    return out.to(tensor.device)
+
+
+def all_to_all(tensor: torch.Tensor, group: Any = None) -> torch.Tensor:
+    """Block j of `tensor` (split in world-size equal blocks along dim 0) goes to rank j; the
+    result's block j came from rank j. Gradients flow (backward: the same exchange)."""
+    if not is_distributed(group):
+        return tensor
+    if tensor.shape[0] % world_size(group):
+        raise ValueError(f"all_to_all: dim 0 ({tensor.shape[0]}) must divide by the group size {world_size(group)}")
+    return _AllToAll.apply(tensor, group)
+
+
+# torch 2.13 renamed them (the old names warn); older torch has only the old names
+_ALL_GATHER = getattr(dist, "all_gather_single", dist.all_gather_into_tensor)
+_REDUCE_SCATTER = getattr(dist, "reduce_scatter_single", dist.reduce_scatter_tensor)
+
+
+class _AllGather(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, group):
+        ctx.group = group
+        buf = tensor.to(collective_device(group)).contiguous()
+        out = buf.new_empty((world_size(group) * buf.shape[0], *buf.shape[1:]))  # gloo: blocks along dim 0
+        _ALL_GATHER(out, buf, group=group)
+        return out.view(world_size(group), *buf.shape).to(tensor.device)
+
+    @staticmethod
+    def backward(ctx, grad):
+        buf = grad.to(collective_device(ctx.group)).contiguous()
+        out = buf.new_empty(buf.shape[1:])
+        _REDUCE_SCATTER(out, buf.flatten(0, 1), group=ctx.group)
+        return out.to(grad.device), None
+
+
+def all_gather_grad(tensor: torch.Tensor, group: Any = None) -> torch.Tensor:
+    """[world, *shape]: every rank's `tensor` (same shape, >= 1 dim, on each), in rank order, with gradients
+    (backward: the gradients summed over the ranks, each rank keeping its own block)."""
+    if not is_distributed(group):
+        return tensor[None]
+    return _AllGather.apply(tensor, group)
+
+
+class _AllReduceSum(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, group):
+        ctx.group = group
+        return all_reduce(tensor, "sum", group)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return all_reduce(grad, "sum", ctx.group), None
+
+
+def all_reduce_grad(tensor: torch.Tensor, group: Any = None) -> torch.Tensor:
+    """`tensor` summed over the ranks, with gradients (backward: the gradients summed too)."""
+    if not is_distributed(group):
+        return tensor
+    return _AllReduceSum.apply(tensor, group)
+
+
+def strided_subgroups(stride: int) -> Any:
+    """Groups of the ranks equal modulo `stride` ({r, r + stride, ...}); this rank's (None in
+    one process). Under sequence parallelism of size `stride` these are the data-parallel
+    replicas: one rank of each sequence-parallel group."""
+    world = world_size()
+    if world % stride:
+        raise ValueError(f"{world} processes cannot be strided by {stride}")
+    if not is_initialized():
+        return None
+    mine = None
+    for first in range(stride):
+        group = dist.new_group(list(range(first, world, stride)))
+        if rank() % stride == first:
+            mine = group
+    return mine
+
+
+def close() -> None:
+    """Leave every process group (the sub-groups too), after the other ranks are done. Without it
+    a process exiting with gloo sub-groups alive may abort in their threads' destructors."""
+    if is_initialized():
+        barrier()
+        dist.destroy_process_group()

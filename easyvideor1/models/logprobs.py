@@ -30,6 +30,7 @@ from easyvideor1 import distributed
 from easyvideor1.algorithms.kl import full as vocabulary_kl
 from easyvideor1.models.collate import Batch
 from easyvideor1.models.packing import PACKED_ATTENTION, language_attention
+from easyvideor1.models.ulysses import ULYSSES_ATTENTION, SequenceParallel, sharded_hidden
 
 
 @dataclass
@@ -142,22 +143,35 @@ def sequence_logprobs(
     temperature: float = 1.0,
     with_entropy: bool = False,
     reference=None,
+    sp: SequenceParallel | None = None,
 ) -> TokenLogProbs:
     """Run `model`'s backbone on `batch` and score its response tokens (`batch.loss_mask`);
-    with a `reference` model, also the exact per-token KL to it (`TokenLogProbs.full_kl`)."""
+    with a `reference` model, also the exact per-token KL to it (`TokenLogProbs.full_kl`).
+
+    With `sp` (sequence parallelism, `models.ulysses`) each rank of the group runs its slice of the
+    packed row and scores the tokens whose predicting position it holds; the parts are summed over
+    the group (with gradients), so every rank returns the whole batch's values."""
     if batch.packing is not None:
+        wanted = (ULYSSES_ATTENTION,) if sp is not None else (PACKED_ATTENTION, ULYSSES_ATTENTION)
         for m in (model, reference):
-            if m is not None and language_attention(m) != PACKED_ATTENTION:
+            if m is not None and language_attention(m) not in wanted:
                 raise ValueError("a packed (padding-free) batch needs the model's language model on packed attention "
-                                 "(models.packing.use_packed_attention); with its SDPA, sequences would see each other")
-    out = model.model(**batch.model_kwargs(), use_cache=False)
-    hidden = out.last_hidden_state  # [B, L, H]
+                                 "(models.packing.use_packed_attention, or models.ulysses.use_ulysses_attention "
+                                 "under sequence parallelism); with its SDPA, sequences would see each other")
+    if sp is None:
+        hidden, offset = model.model(**batch.model_kwargs(), use_cache=False).last_hidden_state, 0  # [B, L, H]
+    else:
+        hidden, offset = sharded_hidden(model, batch, sp)  # [1, L/k, H]: this rank's slice
     mask = batch.loss_mask.to(hidden.device)
     if mask[:, 0].any():
         raise ValueError("a response token at position 0 has no context to be scored from")
     b_idx, t_idx = mask.nonzero(as_tuple=True)
     targets = batch.input_ids.to(hidden.device)[b_idx, t_idx]
     src = t_idx - 1 if batch.predict_from is None else batch.predict_from.to(hidden.device)[b_idx, t_idx]
+    every_b, every_t, every_n = b_idx, t_idx, len(targets)
+    if sp is not None:  # the tokens predicted from this rank's positions
+        here = (src >= offset) & (src < offset + hidden.shape[1])
+        b_idx, t_idx, targets, src = b_idx[here], t_idx[here], targets[here], src[here] - offset
     rows = hidden[b_idx, src]  # [n, H]: the position that predicts each response token
     # Under FSDP each head call is a collective: every rank makes as many as the busiest one, and at
     # least one, so a micro-batch without response tokens (padding groups) still has a graph through
@@ -166,11 +180,23 @@ def sequence_logprobs(
     ref_rows = ref_head = None
     if reference is not None:
         with torch.no_grad():
-            ref_hidden = reference.model(**batch.model_kwargs(), use_cache=False).last_hidden_state
+            ref_hidden = (reference.model(**batch.model_kwargs(), use_cache=False).last_hidden_state if sp is None
+                          else sharded_hidden(reference, batch, sp)[0])
             ref_rows, ref_head = ref_hidden[b_idx, src], reference.lm_head  # [n, H]
             del ref_hidden
     logp, ent, kl, anchor = _chunked(rows, model.lm_head, targets, chunk_size, temperature, with_entropy,
                                      ref_rows, ref_head, num_chunks=num_chunks, filler=hidden[0, -1:])
+    if sp is not None:  # each token's values from the rank that scored it, summed over the group
+        here_idx = here.nonzero(as_tuple=True)[0]
+        parts = torch.zeros(3, every_n, dtype=torch.float32, device=hidden.device)
+        parts = parts.index_put((torch.arange(3, device=hidden.device)[:, None], here_idx[None]),
+                                torch.stack([logp, ent, kl]))
+        # The anchor goes through the all-reduce too: then in backward every head call (an FSDP
+        # all-gather of the world) comes after the group's all-reduce on every rank. Beside it, a
+        # rank could recompute a filler head call first while another waits in the all-reduce: deadlock.
+        logp, ent, kl = distributed.all_reduce_grad(parts + anchor, sp.group)
+        anchor = 0.0
+        b_idx, t_idx = every_b, every_t
     full = torch.zeros(mask.shape, dtype=torch.float32, device=hidden.device)
     logprobs = full.index_put((b_idx, t_idx), logp) + anchor
     ent = ent if with_entropy else None

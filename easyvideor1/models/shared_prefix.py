@@ -38,10 +38,11 @@ from easyvideor1.models.families import Family
 from easyvideor1.models.inputs import ModelInputs, check_placeholders
 from easyvideor1.models.mrope import MRopeSpec, extend_positions
 from easyvideor1.models.packing import PACKED_ATTENTION, Packing
+from easyvideor1.models.ulysses import ULYSSES_ATTENTION
 
-SHARED_ATTENTION = ("sdpa", PACKED_ATTENTION)
-"""Attention implementations that take our boolean [B, 1, L, L] mask as is (packed attention is
-SDPA on padded rows)."""
+SHARED_ATTENTION = ("sdpa", PACKED_ATTENTION, ULYSSES_ATTENTION)
+"""Attention implementations that take our boolean [B, 1, L, L] mask as is (packed and Ulysses
+attention are SDPA on padded rows; on packed rows they take the segments of `Packing`)."""
 
 
 @dataclass

@@ -64,6 +64,9 @@ def _train(args: argparse.Namespace) -> int:
             path = export_adapter(run, f"{cfg.logging.out_dir}/adapter")
             if path:
                 print(f"PEFT adapter: {path}")
+    if run.ctx.sequence_parallel is not None:  # its sub-groups: see distributed.close
+        from easyvideor1 import distributed
+        distributed.close()
     return 0
 
 

@@ -62,12 +62,14 @@ def _blocks(model) -> list[torch.nn.Module]:
     return layers
 
 
-def shard(model, param_dtype: torch.dtype | None = None, cpu_offload: bool = False):
+def shard(model, param_dtype: torch.dtype | None = None, cpu_offload: bool = False, vision_unit: bool = False):
     """Wrap `model` with FSDP2 in place (no-op without an initialised process group).
 
     `param_dtype` (e.g. bf16) is the compute dtype: FSDP2 keeps the sharded float32 parameters
     (and so float32 AdamW states) and all-gathers them cast to `param_dtype` for each forward;
     gradients are reduced in float32 (`MixedPrecisionPolicy`, as EasyR1 and veRL do).
+    `vision_unit`: the vision tower is a unit of its own too (sequence parallelism calls it
+    directly, outside the backbone's forward; `models.ulysses`; then see `run_root_once`).
     """
     if not dist.is_initialized():
         return model
@@ -81,10 +83,23 @@ def shard(model, param_dtype: torch.dtype | None = None, cpu_offload: bool = Fal
     _untie(model)
     for block in _blocks(model):
         fully_shard(block, **kwargs)
+    if vision_unit and getattr(model.model, "visual", None) is not None:
+        fully_shard(model.model.visual, **kwargs)
     fully_shard(model.model, **kwargs)
     fully_shard(model.lm_head, **kwargs)
     fully_shard(model, **kwargs)
     return model
+
+
+def run_root_once(model, device) -> None:
+    """One token through the root module, without gradients. FSDP2 takes the first unit to run
+    forward as the root of the units below it; a unit called directly before its parent (the
+    vision tower under sequence parallelism, before the backbone) would otherwise become a root
+    and the parent's first forward fail. Every rank calls it (its all-gathers are collectives)."""
+    if not dist.is_initialized():
+        return
+    with torch.no_grad():
+        model(input_ids=torch.zeros(1, 1, dtype=torch.long, device=device), use_cache=False)
 
 
 def full_state_dict(model) -> dict[str, torch.Tensor]:

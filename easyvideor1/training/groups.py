@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -80,6 +81,10 @@ class RolloutStage:
     algo: AlgorithmConfig  # dynamic-sampling settings
     seed: int  # training.seed
     stop_ids: tuple[int, ...] = ()  # `stop_token_ids(rollout.stop_tokens, tokenizer)`, checked once
+    # Sequence parallelism: (prompts, responses) -> the responses of the group's first rank, so the
+    # ranks that share prompts score and filter the same responses (`training.sequence_parallel`).
+    share: Callable[[list[Prompt], list[list[Rollout]]], list[list[Rollout]]] | None = None
+    count_group: Any = None  # ranks whose filter counts add up (the data-parallel ones under SP); None: all
 
     def params(self, step: int, temperature: float | None = None) -> SamplingParams:
         """The step's sampling settings (`temperature` 0: greedy, for validation and ReMax)."""
@@ -103,6 +108,8 @@ class RolloutStage:
         """Generate each prompt's group, place offline trajectories, and score every response."""
         n, hybrid = self.rollout.n, self.hybrid
         online = self.generate(prompts, [online_count(p.sample, n, hybrid) for p in prompts], params)
+        if self.share is not None:
+            online = self.share(prompts, online)
         online_results = self.score(prompts, online)
         counters = HybridCounters()
         accuracy = [[r.accuracy for r in res] for res in online_results]
@@ -133,7 +140,7 @@ class RolloutStage:
             kept.add(round_, result.kept_groups[:target_groups - len(kept.groups)])
             if filler.add(result):  # counts summed over ranks (the rounds are the same on every rank)
                 counts = filler.metrics()
-                summed = dict(zip(counts, distributed.all_reduce_floats(list(counts.values()))))
+                summed = dict(zip(counts, distributed.all_reduce_floats(list(counts.values()), group=self.count_group)))
                 kept.filter_metrics = {f"filter/{k}": v if k == "filter_tries" else summed[k] for k, v in counts.items()}
                 return kept
 

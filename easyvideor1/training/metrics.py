@@ -105,10 +105,11 @@ class MetricsSink:
             self._wandb.finish()
 
 
-def gather_values(values: dict[str, list[float]]) -> dict[str, list[float]]:
-    """Every data-parallel rank's value lists, concatenated per key (identity in one process)."""
+def gather_values(values: dict[str, list[float]], group=None) -> dict[str, list[float]]:
+    """Every data-parallel rank's value lists, concatenated per key (identity in one process);
+    `group`: the data-parallel ranks when not the whole world (sequence parallelism)."""
     merged: dict[str, list[float]] = {}
-    for part in distributed.all_gather_objects(dict(values)):
+    for part in distributed.all_gather_objects(dict(values), group):
         for k, v in part.items():
             merged.setdefault(k, []).extend(v)
     return merged

@@ -19,6 +19,7 @@ from easyvideor1.records import Sample
 from easyvideor1.training.groups import RolloutStage
 from easyvideor1.training.loader import PromptLoader
 from easyvideor1.training.metrics import MetricsSink
+from easyvideor1.training.sequence_parallel import DataParallel
 from easyvideor1.training.sequences import ForwardContext
 
 
@@ -41,5 +42,11 @@ class Run:
     sink: MetricsSink | None = None
     rank: int = 0
     world: int = 1
+    data: DataParallel | None = None  # data-parallel place under sequence parallelism (None: rank, world)
     step: int = 0
     history: list[dict[str, float]] = field(default_factory=list)
+
+    @property
+    def data_parallel(self) -> DataParallel:
+        """Rank and world of the prompts this rank holds (`training.sequence_parallel`)."""
+        return self.data if self.data is not None else DataParallel(self.rank, self.world)

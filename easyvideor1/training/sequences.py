@@ -25,6 +25,7 @@ from easyvideor1.models.inputs import ModelInputs, append_response
 from easyvideor1.models.logprobs import sequence_logprobs
 from easyvideor1.models.mrope import MRopeSpec
 from easyvideor1.models.shared_prefix import SharedGroup, collate_shared
+from easyvideor1.models.ulysses import SequenceParallel
 from easyvideor1.prompts import Prompt
 from easyvideor1.records import RewardResult, Rollout
 from easyvideor1.training.micro_batches import MicroBatch, micro_batch, plan_micro_batches, response_units
@@ -113,6 +114,7 @@ class ForwardContext:
     shared_prefix: bool = False  # one row per group: prompt once (`training.shared_prefix`, where exact)
     padding_free: bool = False  # sequences / group rows packed in one row (`training.padding_free`, where exact)
     micro_batch_tokens: int = 0  # > 0: micro-batches up to this many computed tokens (`training.micro_batches`)
+    sequence_parallel: SequenceParallel | None = None  # each row split over a group's ranks (`models.ulysses`)
 
 
 def sequence_inputs(batch: RolloutBatch, indices: list[int], ctx: ForwardContext) -> list[ModelInputs]:
@@ -175,7 +177,7 @@ def forward_logprobs(model, batch: RolloutBatch, indices: list[int], ctx: Forwar
     enabled; the reference never has one)."""
     mb = collate_responses(batch, indices, ctx)
     out = sequence_logprobs(model, mb, chunk_size=ctx.chunk_size, temperature=ctx.temperature,
-                            with_entropy=with_entropy, reference=reference)
+                            with_entropy=with_entropy, reference=reference, sp=ctx.sequence_parallel)
     lengths = batch.response_mask[indices].sum(-1)
     width = batch.response_mask.shape[1]
     logp = to_response_space(out.logprobs, out.mask, lengths, width)

@@ -29,10 +29,11 @@ from easyvideor1.prompts import PromptBuilder
 from easyvideor1.rollout.hf_engine import HFEngine
 from easyvideor1.rollout.vllm_engine import VLLMEngine  # imports vllm only when one is built
 from easyvideor1.rollout.vllm_inputs import check_media_limits
-from easyvideor1.training.fsdp import init_distributed, shard
+from easyvideor1.training.fsdp import init_distributed, run_root_once, shard
 from easyvideor1.training.groups import RolloutStage, stop_token_ids
 from easyvideor1.training.loader import PromptLoader
 from easyvideor1.training.metrics import MetricsSink
+from easyvideor1.training.sequence_parallel import data_parallel, setup_sequence_parallel, share_rollouts
 from easyvideor1.training.sequences import ForwardContext
 from easyvideor1.training.run import Run
 from easyvideor1.vision.cache import FrameSource
@@ -146,10 +147,11 @@ def build_run(cfg: Config) -> Run:
     rank, world, device = init_distributed(need_group=compute_dtype != torch.float32)
     seed_everything(cfg.training.seed)
     t = cfg.training
-    if t.rollout_batch_size % world or t.mini_batch_size % world:
+    dp_world = data_parallel(cfg, rank, world).world  # processes / sequence_parallel_size
+    if t.rollout_batch_size % dp_world or t.mini_batch_size % dp_world:
         raise ConfigError(f"training.rollout_batch_size={t.rollout_batch_size} and training.mini_batch_size="
-                          f"{t.mini_batch_size} must be multiples of the number of processes ({world}), so every "
-                          "rank holds the same share of every mini-batch")
+                          f"{t.mini_batch_size} must be multiples of the number of data-parallel ranks ({dp_world}), "
+                          "so every rank holds the same share of every mini-batch")
     train_samples = load_split(cfg.data.train_files, cfg)
     val_samples = load_split(cfg.data.val_files, cfg)
     frames = FrameSource(cfg.vision, cfg.data.cache_dir, cfg.data.cache_mode)
@@ -180,9 +182,17 @@ def build_run(cfg: Config) -> Run:
         for net in (model, reference):
             if net is not None:
                 use_packed_attention(net)  # language model only; SDPA when called unpacked (generate)
-    shard(model, param_dtype=None if compute_dtype == torch.float32 else compute_dtype)
+    # after packing: sequence parallelism puts the language model on Ulysses attention (packed rows too)
+    processor_pad = processor.tokenizer.pad_token_id
+    sp, dp = setup_sequence_parallel(cfg, [m for m in (model, reference) if m is not None], rank, processor_pad)
+    shard(model, param_dtype=None if compute_dtype == torch.float32 else compute_dtype, vision_unit=sp is not None)
     if reference is not None and not lora.rank:
-        shard(reference)
+        shard(reference, vision_unit=sp is not None)
+    if sp is not None:  # the vision tower is called before the backbone: FSDP2 must know its roots first
+        for m in (model, reference):
+            if m is not None:
+                run_root_once(m, device)
+        log.info("sequence parallelism: %d ranks per row, %d data-parallel groups", sp.size, dp.world)
     trainable, total = parameter_counts(model)
     log.info("parameters: %s trainable / %s total (%.2f%%)%s", f"{trainable:,}", f"{total:,}",
              100 * trainable / total, f", LoRA rank {lora.rank}" if lora.rank else "")
@@ -196,6 +206,8 @@ def build_run(cfg: Config) -> Run:
                          # log-probs of the distribution the engine sampled from (greedy: the raw one)
                          temperature=cfg.rollout.temperature if cfg.rollout.temperature > 0 else 1.0, device=device,
                          pixel_dtype=compute_dtype)
+    if sp is not None:  # rows are split over the group's ranks: they must be packed rows
+        ctx.padding_free, ctx.sequence_parallel = True, sp
     engine = make_engine(cfg, model, processor, family, spec, train_samples + val_samples)
     Path(cfg.logging.out_dir).mkdir(parents=True, exist_ok=True)
     sink = MetricsSink(cfg.logging.out_dir, cfg.logging.tensorboard, cfg.logging.wandb, cfg.logging.wandb_project,
@@ -206,12 +218,13 @@ def build_run(cfg: Config) -> Run:
                             max_prompt_tokens=cfg.data.max_prompt_tokens)
     rollouts = RolloutStage(engine, make_score_fn(cfg), processor.tokenizer, _end_token(processor), cfg.rollout,
                             cfg.hybrid, cfg.algorithm, cfg.training.seed,
-                            stop_token_ids(cfg.rollout.stop_tokens, processor.tokenizer))
+                            stop_token_ids(cfg.rollout.stop_tokens, processor.tokenizer),
+                            share=None if sp is None else partial(share_rollouts, sp), count_group=dp.group)
     return Run(cfg=cfg, model=model, reference=reference, optimizer=optimizer,
                scheduler=make_scheduler(optimizer, cfg), kl=make_kl_controller(cfg.algorithm),
                loader=PromptLoader(train_samples, cfg.training.rollout_batch_size, cfg.training.seed, cfg.data.shuffle),
                prompts=prompts, rollouts=rollouts, ctx=ctx, padding=prompts.empty(), val_samples=val_samples,
-               sink=sink, rank=rank, world=world)
+               sink=sink, rank=rank, world=world, data=dp)
 
 
 def _end_token(processor) -> str:

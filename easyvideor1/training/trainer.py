@@ -16,6 +16,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ from easyvideor1.training.loader import rank_slice
 from easyvideor1.training.metrics import StageTimer, StepMetrics, console_line, gather_values
 from easyvideor1.training.parity import parity_metrics
 from easyvideor1.training.run import Run
+from easyvideor1.training.sequence_parallel import share_scored
 from easyvideor1.training.sequences import RolloutBatch, all_full_kl, all_logprobs, make_batch
 from easyvideor1.training.update import policy_update
 from easyvideor1.training.validation import validate
@@ -48,14 +50,15 @@ def rollout_stage(run: Run, step: int, timer: StageTimer) -> ScoredGroups:
     micro-batches, and FSDP's collectives stay in step.
     """
     cfg = run.cfg
-    per_rank, n = cfg.training.rollout_batch_size // run.world, cfg.rollout.n
+    dp = run.data_parallel  # the ranks of a sequence-parallel group hold the same prompts
+    per_rank, n = cfg.training.rollout_batch_size // dp.world, cfg.rollout.n
     failures: list = []
     rounds = itertools.count()  # dynamic sampling's generation rounds
 
     def next_prompts():
-        samples = rank_slice(run.loader.next_batch(), run.rank, run.world)
+        samples = rank_slice(run.loader.next_batch(), dp.rank, dp.world)
         # Seeds numbered by the global slot (the same in 1 or N processes), new ones each round.
-        first = (next(rounds) * cfg.training.rollout_batch_size + run.rank * per_rank) * n
+        first = (next(rounds) * cfg.training.rollout_batch_size + dp.rank * per_rank) * n
         with timer("prepare"):
             prompts, failed = run.prompts.build_many(samples, seed_slots=(first, n))
         failures.extend(failed)
@@ -68,8 +71,10 @@ def rollout_stage(run: Run, step: int, timer: StageTimer) -> ScoredGroups:
     else:
         scored = run.rollouts.groups(next_prompts(), params)
     timer.add("rollout", time.perf_counter() - start - timer.times.get("time/prepare", 0.0))
+    scored = share_scored(scored, run.ctx.sequence_parallel)
     pad_groups(scored, per_rank, run.padding, n)
-    scored.filter_metrics["data/prompt_failures"] = distributed.all_reduce_floats([len(failures)])[0]
+    scored.filter_metrics["data/prompt_failures"] = distributed.all_reduce_floats([len(failures)],
+                                                                                  group=dp.group)[0]
     return scored
 
 
@@ -102,6 +107,8 @@ def advantage_stage(run: Run, batch: RolloutBatch, greedy: torch.Tensor | None) 
     Batch statistics (REINFORCE++ and GDPO whitening) are reduced over every data-parallel rank.
     """
     algo = run.cfg.algorithm
+    # over the data-parallel ranks: a sequence-parallel group's ranks hold copies of the same responses
+    reduce = partial(distributed.all_reduce_floats, group=run.data_parallel.group)
     rewards = torch.tensor([r.overall for r in batch.results], dtype=torch.float32)
     parts = {k: torch.tensor([r.parts.get(k, getattr(r, k, 0.0)) for r in batch.results], dtype=torch.float32)
              for k in algo.gdpo_reward_keys}
@@ -114,11 +121,11 @@ def advantage_stage(run: Run, batch: RolloutBatch, greedy: torch.Tensor | None) 
     batch.advantages = ADVANTAGES[algo.adv_estimator](
         rewards=rewards, group_ids=batch.statistics_group_ids(), response_mask=batch.response_mask.float(), kl_penalty=penalty,
         greedy_rewards=None if greedy is None else greedy[batch.group_ids], reward_parts=parts,
-        all_reduce_floats=distributed.all_reduce_floats, **algo.estimator_kwargs())
+        all_reduce_floats=reduce, **algo.estimator_kwargs())
     mask = batch.response_mask
     values = batch.advantages[mask]
-    total, tokens = distributed.all_reduce_floats([float(values.sum()), float(values.numel())])
-    abs_max = distributed.all_reduce_floats([float(values.abs().max()) if values.numel() else 0.0], "max")[0]
+    total, tokens = reduce([float(values.sum()), float(values.numel())])
+    abs_max = reduce([float(values.abs().max()) if values.numel() else 0.0], "max")[0]
     return {"advantage/mean": total / tokens if tokens else 0.0, "advantage/abs_max": abs_max}
 
 
@@ -153,7 +160,7 @@ def train_step(run: Run, step: int) -> dict[str, float]:
         m.glob.update(greedy_metrics)
     run.rollouts.engine.sleep()  # release the engine's memory (vLLM on GPU) for the passes below
     log_examples(run, step, scored)
-    m.glob.update(reward_metrics(scored, gather=gather_values))
+    m.glob.update(reward_metrics(scored, gather=partial(gather_values, group=run.data_parallel.group)))
     batch = make_batch(scored.prompts, scored.groups, [x for res in scored.results for x in res])
     parity_step = bool(run.cfg.rollout.parity_check_every) and step % run.cfg.rollout.parity_check_every == 0
     with timer("old_logprob"):
@@ -173,9 +180,10 @@ def train_step(run: Run, step: int) -> dict[str, float]:
         run.rollouts.engine.wake_up()
         run.rollouts.engine.update_weights(run.model)
     metrics = m.finish(int(batch.response_mask.sum()) + sum(len(p.inputs.input_ids) for p in batch.prompts),
-                       run.world)
+                       run.data_parallel.world)
     if "kl/policy_ref" in metrics:  # the controller counts the step's real responses, all ranks
-        responses = distributed.all_reduce_floats([sum(not p.padding for p in scored.prompts) * run.cfg.rollout.n])
+        responses = distributed.all_reduce_floats([sum(not p.padding for p in scored.prompts) * run.cfg.rollout.n],
+                                                  group=run.data_parallel.group)
         run.kl.update(metrics["kl/policy_ref"], int(responses[0]))
     metrics["lr"] = run.optimizer.param_groups[0]["lr"]
     return metrics

@@ -1,0 +1,108 @@
+"""Set-up of Ulysses sequence parallelism (`training.sequence_parallel_size`, `models.ulysses`).
+
+The mesh is data-parallel x sequence-parallel: rank r = dp_rank * k + sp_rank, the k consecutive
+ranks of a group hold the same prompts (the loader slices by dp_rank) and split each packed row.
+FSDP2 still shards over the whole world. Every rank generates its group's prompts (the HF
+engine's forwards are collectives of the whole world); the group's first rank's responses
+replace the others' before scoring (`share_rollouts`, so dynamic sampling keeps the same groups
+on the k ranks) and its rewards after (`share_scored`), so the k copies are identical even where
+generation or a reward is not bitwise reproducible across ranks.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any
+
+import transformers
+
+from easyvideor1 import distributed
+from easyvideor1.config import Config
+from easyvideor1.config_tree import ConfigError
+from easyvideor1.models.packing import packing_blocker
+from easyvideor1.models.ulysses import SequenceParallel, use_ulysses_attention
+from easyvideor1.prompts import Prompt
+from easyvideor1.records import Rollout
+from easyvideor1.training.groups import ScoredGroups
+
+
+@dataclass(frozen=True)
+class DataParallel:
+    """This rank's data-parallel coordinates (rank and world of the prompts it holds)."""
+
+    rank: int
+    world: int
+    group: Any = None
+    """Ranks holding different prompts (one per sequence-parallel group); None: the whole world."""
+
+
+def data_parallel(cfg: Config, rank: int, world: int) -> DataParallel:
+    """Check `training.sequence_parallel_size` against the world; this rank's data-parallel place."""
+    k = cfg.training.sequence_parallel_size
+    if k < 1 or world % k:
+        raise ConfigError(f"training.sequence_parallel_size={k} must be >= 1 and divide the number of processes "
+                          f"({world}); launch a multiple of {k} processes")
+    return DataParallel(rank // k, world // k)
+
+
+def sequence_parallel_blocker(config, k: int) -> str | None:
+    """Why a model with HF `config` cannot split its rows over k ranks, or None."""
+    text = config.get_text_config()
+    why = packing_blocker(config)
+    if why is not None:
+        return f"sequence parallelism splits packed rows, and this model cannot pack: {why}"
+    if text.num_attention_heads % k:
+        return f"its {text.num_attention_heads} attention heads do not divide by sequence_parallel_size={k}"
+    return None
+
+
+def setup_sequence_parallel(cfg: Config, models: list, rank: int, pad_token_id: int
+                            ) -> tuple[SequenceParallel | None, DataParallel]:
+    """The groups and the attention of sequence parallelism (None when off), and the data-parallel
+    place. Call before sharding (`training.fsdp.shard(vision_unit=True)`, then `run_root_once`)."""
+    world = distributed.world_size()
+    dp = data_parallel(cfg, rank, world)
+    k = cfg.training.sequence_parallel_size
+    if k == 1:
+        return None, dp
+    if cfg.model.lora.rank:
+        raise ConfigError("training.sequence_parallel_size > 1 with LoRA (model.lora.rank > 0) is not supported; "
+                          "set one of them off")
+    for m in models:
+        why = sequence_parallel_blocker(m.config, k)
+        if why is not None:
+            raise ConfigError(f"training.sequence_parallel_size={k}: {why}")
+        if "mm_encoder_outputs" not in inspect.signature(type(m.model).forward).parameters:
+            raise ConfigError(f"training.sequence_parallel_size={k}: {type(m.model).__name__}.forward in transformers "
+                              f"{transformers.__version__} takes no mm_encoder_outputs (precomputed vision features; "
+                              "5.19 has it), which sequence parallelism hands it")
+    sp = SequenceParallel(distributed.new_subgroups(k), rank % k, k, pad_token_id)
+    dp = DataParallel(dp.rank, dp.world, distributed.strided_subgroups(k))
+    for m in models:
+        use_ulysses_attention(m)
+    return sp, dp
+
+
+def _first_rank(sp: SequenceParallel, prompts: list[Prompt], value):
+    ids = [p.sample.problem_id for p in prompts]
+    first_ids, first_value = distributed.all_gather_objects((ids, value), sp.group)[0]
+    if first_ids != ids:
+        raise RuntimeError("the ranks of a sequence-parallel group built different prompts; they must share a data "
+                           "slice (training.loader.rank_slice by data-parallel rank)")
+    return first_value
+
+
+def share_rollouts(sp: SequenceParallel, prompts: list[Prompt], groups: list[list[Rollout]]) -> list[list[Rollout]]:
+    """The group's first rank's responses (`RolloutStage.share`): generation need not be bitwise
+    reproducible across ranks for the k copies to score, filter and train on the same ones."""
+    return _first_rank(sp, prompts, groups)
+
+
+def share_scored(scored: ScoredGroups, sp: SequenceParallel | None) -> ScoredGroups:
+    """The group's first rank's groups and rewards on every rank of the sequence-parallel group
+    (a reward that is not reproducible, e.g. a judge model, could otherwise differ)."""
+    if sp is None:
+        return scored
+    scored.groups, scored.results = _first_rank(sp, scored.prompts, (scored.groups, scored.results))
+    return scored

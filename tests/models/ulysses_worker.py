@@ -1,0 +1,95 @@
+"""One process of the sequence-parallel tests (tests/models/test_ulysses.py), under torchrun or
+alone: log-probs of a packed mixed-modality batch, then 3 SGD steps on its token-mean loss.
+
+    python ulysses_worker.py FAMILY MODEL_DIR OUT.pt SP_SIZE [DP_SIZE] [text]
+
+World = DP_SIZE x SP_SIZE (1 x 1: one process, no group, plain packed attention). The global
+batch (4 sequences) is split over the data-parallel ranks as the trainer splits prompts; the
+ranks of a sequence-parallel group hold the same sequences. Rank 0 writes the first pass's
+log-probs / entropies of its sequences, and the parameters after the steps, to OUT.pt.
+`text`: text prompts only (the row's vision input is then the two masked dummies: fewer vision
+units than ranks when SP_SIZE > 2, so some ranks encode an empty share).
+"""
+
+import os
+import sys
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path.insert(0, os.path.dirname(__file__))
+
+import torch  # noqa: E402
+from model_media import make_image, make_sample, make_video  # noqa: E402
+
+from easyvideor1 import distributed  # noqa: E402
+from easyvideor1.algorithms.aggregation import loss_normalizer  # noqa: E402
+from easyvideor1.models.collate import collate  # noqa: E402
+from easyvideor1.models.families import get_family  # noqa: E402
+from easyvideor1.models.inputs import append_response, build_inputs  # noqa: E402
+from easyvideor1.models.loading import load_policy, load_processor  # noqa: E402
+from easyvideor1.models.logprobs import sequence_logprobs  # noqa: E402
+from easyvideor1.models.mrope import mrope_spec  # noqa: E402
+from easyvideor1.models.packing import use_packed_attention  # noqa: E402
+from easyvideor1.models.ulysses import SequenceParallel, use_ulysses_attention  # noqa: E402
+from easyvideor1.training.fsdp import full_state_dict, init_distributed, run_root_once, shard  # noqa: E402
+from easyvideor1.training.loader import rank_slice  # noqa: E402
+
+
+def sequences(family, processor, spec, text_only: bool = False):
+    video, image = make_video(family, frames=4), make_image(family)
+    video2 = make_video(family, frames=2, rows=1, cols=2, seed=3)
+    cases = {"video": [video], "text": [], "image": [image], "video+image": [video2, image]}
+    if text_only:
+        cases = {f"text{i}": [] for i in range(4)}
+    tok = processor.tokenizer
+    answers = ["It is red.", "45", "Two squares moving left.", "A"]  # an odd row: a pad block under SP 2
+    out = []
+    for (name, frames), answer in zip(cases.items(), answers):
+        prompt = build_inputs(make_sample(name, frames), frames, "What is shown?", processor, family, spec)
+        out.append(append_response(prompt, tok(answer + "<|im_end|>")["input_ids"], spec))
+    return out
+
+
+def main():
+    family_name, model_dir, out_path, sp_size = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+    dp_size = int(sys.argv[5]) if len(sys.argv) > 5 else 1
+    text_only = len(sys.argv) > 6 and sys.argv[6] == "text"
+    torch.manual_seed(0)
+    rank, world, device = init_distributed()
+    assert world == dp_size * sp_size, (world, dp_size, sp_size)
+    family = get_family(family_name)
+    model = load_policy(model_dir, dtype="float32")
+    processor = load_processor(model_dir)
+    spec = mrope_spec(model.config)
+    sp = None
+    if sp_size > 1:
+        sp = SequenceParallel(distributed.new_subgroups(sp_size), rank % sp_size, sp_size,
+                              processor.tokenizer.pad_token_id)
+        use_ulysses_attention(model)
+    else:
+        use_packed_attention(model)
+    shard(model, vision_unit=sp is not None)
+    if world > 1:
+        run_root_once(model, device)
+    seqs = rank_slice(sequences(family, processor, spec, text_only), rank // sp_size, dp_size)
+    batch = collate(seqs, family, spec, processor.tokenizer.pad_token_id, padding_free=True)
+    # Plain SGD: a gradient off by a constant factor (Adam would hide it) moves the parameters otherwise.
+    optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=1.0)
+    first = None
+    for _ in range(3):
+        out = sequence_logprobs(model, batch, chunk_size=16, with_entropy=True, sp=sp)
+        if first is None:
+            first = {"logprobs": out.logprobs.detach(), "entropy": out.entropy.detach(), "mask": out.mask,
+                     "spans": batch.seq_spans, "length": batch.input_ids.shape[1]}
+        normalizer = loss_normalizer([out.mask], "token_mean", all_reduce=distributed.is_distributed())
+        loss = -(out.logprobs * out.mask).sum() / normalizer + 0.1 * (out.entropy * out.mask).sum() / normalizer
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+    params = full_state_dict(model) if world > 1 else {k: v.detach().clone() for k, v in model.state_dict().items()}
+    if rank == 0:
+        torch.save({"first": first, "params": params}, out_path)
+    distributed.close()
+
+
+if __name__ == "__main__":
+    main()

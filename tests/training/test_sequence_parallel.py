@@ -1,0 +1,114 @@
+"""`training.sequence_parallel_size` through the trainer (real torchrun, gloo, FSDP2, the HF
+engine, a tiny Qwen2.5-VL, real videos, images and text prompts): 2 processes with SP 2 end 3
+steps where 1 process without SP does; 4 processes (data-parallel 2 x SP 2) where 2 data-parallel
+processes do; bad settings stop with one clear line."""
+
+import json
+import shutil
+import subprocess
+import sys
+
+import torch
+from test_distributed import TIMEOUT_S, _env, _weights, setup, write_config  # noqa: F401 (setup: fixture)
+
+
+def _train(cfg, procs: int):
+    launcher = [sys.executable] if procs == 1 else [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                                                    "--nproc-per-node", str(procs)]
+    return subprocess.run(launcher + ["-m", "easyvideor1.cli", "train", str(cfg)], capture_output=True, text=True,
+                          env=_env(), timeout=TIMEOUT_S)
+
+
+def _same_run(a, b):
+    wa, wb = _weights(a), _weights(b)
+    assert set(wa) == set(wb)
+    for name in wa:
+        assert torch.allclose(wa[name], wb[name], rtol=1e-4, atol=1e-5), name
+    ma = [json.loads(l) for l in (a / "metrics.jsonl").read_text().splitlines()]
+    mb = [json.loads(l) for l in (b / "metrics.jsonl").read_text().splitlines()]
+    assert len(ma) == len(mb) == 3
+    keys = ("reward/all", "response/length", "advantage/mean", "advantage/abs_max", "actor/pg_loss",
+            "update/grad_norm", "hybrid/groups_evaluated", "data/prompt_failures")
+    for ra, rb in zip(ma, mb):  # the same responses, rewards, losses, gradient norm (copies counted once)
+        for key in keys:
+            assert abs(ra[key] - rb[key]) <= 1e-5 + 1e-4 * abs(ra[key]), (key, ra[key], rb[key])
+
+
+def test_sp2_trains_as_one_process(setup):
+    root, model, data = setup
+    outs = {k: root / f"sp_{k}" for k in ("one", "sp2")}
+    for out in outs.values():
+        shutil.rmtree(out, ignore_errors=True)
+    one = write_config(root, model, data, outs["one"], steps=3)
+    sp2 = write_config(root, model, data, outs["sp2"], steps=3, training__sequence_parallel_size=2)
+    p = _train(one, 1)
+    assert p.returncode == 0, p.stderr[-4000:]
+    p = _train(sp2, 2)
+    assert p.returncode == 0, p.stderr[-6000:]
+    assert "sequence parallelism: 2 ranks per row, 1 data-parallel groups" in p.stderr
+    # group-shared rows (a group's prompt once) stay on under SP: packed rows with segments
+    assert "shared prefix (a group's prompt runs once per micro-batch): on" in p.stderr
+    _same_run(outs["one"], outs["sp2"])
+
+
+def test_sp2_with_reference_and_checkpointing(setup):
+    """A KL loss of kind `full` (the reference runs under SP too, inside the update) and gradient
+    checkpointing (each checkpointed layer repeats its all-to-alls in backward) on the SP side."""
+    root, model, data = setup
+    algo = {"adv_estimator": "grpo", "policy_loss": "ppo_clip", "loss_agg_mode": "token_mean", "disable_kl": False,
+            "use_kl_loss": True, "kl_estimator": "full", "kl_coef": 0.1}
+    outs = {k: root / f"spkl_{k}" for k in ("one", "sp2")}
+    for out in outs.values():
+        shutil.rmtree(out, ignore_errors=True)
+    one = write_config(root, model, data, outs["one"], steps=3, algorithm=algo)
+    sp2 = write_config(root, model, data, outs["sp2"], steps=3, algorithm=algo, training__sequence_parallel_size=2,
+                       model__gradient_checkpointing=True)
+    p = _train(one, 1)
+    assert p.returncode == 0, p.stderr[-4000:]
+    p = _train(sp2, 2)
+    assert p.returncode == 0, p.stderr[-6000:]
+    _same_run(outs["one"], outs["sp2"])
+    kl = [json.loads(l)["actor/kl_loss"] for l in (outs["sp2"] / "metrics.jsonl").read_text().splitlines()]
+    assert kl[-1] > 0  # the policy moved away from the reference: the KL term is live
+
+
+def test_sp2_dynamic_sampling(setup):
+    """DAPO (online filtering): the ranks of a group filter the same responses (shared before scoring)."""
+    root, model, data = setup
+    outs = {k: root / f"spdapo_{k}" for k in ("one", "sp2")}
+    for out in outs.values():
+        shutil.rmtree(out, ignore_errors=True)
+    one = write_config(root, model, data, outs["one"], steps=3, algorithm={"preset": "dapo"})
+    sp2 = write_config(root, model, data, outs["sp2"], steps=3, algorithm={"preset": "dapo"},
+                       training__sequence_parallel_size=2)
+    p = _train(one, 1)
+    assert p.returncode == 0, p.stderr[-4000:]
+    p = _train(sp2, 2)
+    assert p.returncode == 0, p.stderr[-6000:]
+    _same_run(outs["one"], outs["sp2"])
+    for a, b in zip(*((outs[k] / "metrics.jsonl").read_text().splitlines() for k in ("one", "sp2"))):
+        a, b = json.loads(a), json.loads(b)
+        assert a["filter/filter_groups_kept"] == b["filter/filter_groups_kept"] == 4  # copies counted once
+
+
+def test_dp2_sp2_trains_as_dp2(setup):
+    root, model, data = setup
+    outs = {k: root / f"dpsp_{k}" for k in ("dp2", "dp2sp2")}
+    for out in outs.values():
+        shutil.rmtree(out, ignore_errors=True)
+    dp2 = write_config(root, model, data, outs["dp2"], steps=3)
+    dp2sp2 = write_config(root, model, data, outs["dp2sp2"], steps=3, training__sequence_parallel_size=2)
+    p = _train(dp2, 2)
+    assert p.returncode == 0, p.stderr[-4000:]
+    p = _train(dp2sp2, 4)
+    assert p.returncode == 0, p.stderr[-6000:]
+    _same_run(outs["dp2"], outs["dp2sp2"])
+
+
+def test_bad_sequence_parallel_settings_are_one_line(setup):
+    root, model, data = setup
+    out = root / "sp_bad"
+    cfg = write_config(root, model, data, out, steps=1, training__sequence_parallel_size=2)
+    p = _train(cfg, 1)  # one process cannot hold a group of 2
+    assert p.returncode != 0 and "Traceback" not in p.stderr
+    assert "sequence_parallel_size=2 must be >= 1 and divide the number of processes (1)" in p.stderr
