@@ -97,16 +97,17 @@ class PromptBuilder:
         inputs = build_inputs(sample, media, text, self.processor, self.family, self.spec, self.max_prompt_tokens)
         return Prompt(sample=sample, frames=media, inputs=inputs, seed_offset=seed_offset)
 
-    def build_many(self, samples: list[Sample], seed_slots: tuple[int, int] | None = None
+    def build_many(self, samples: list[Sample], seed_offsets: list[int] | None = None
                    ) -> tuple[list[Prompt], list[PromptFailure]]:
         """Every sample that can be prepared, and why the others cannot (each logged by id).
 
-        `seed_slots=(first, stride)`: sample i's prompt gets `seed_offset = first + i * stride`, so its
-        sampling seeds follow from its place in the global batch, whatever failed before it.
+        `seed_offsets[i]`: sample i's prompt's `seed_offset`; the trainer derives it from the sample's
+        slot in the global batch, so its sampling seeds do not depend on which rank takes it or on
+        what failed before it.
         """
         prompts, failures = [], []
         for i, sample in enumerate(samples):
-            offset = None if seed_slots is None else seed_slots[0] + i * seed_slots[1]
+            offset = None if seed_offsets is None else seed_offsets[i]
             try:
                 prompts.append(self.build(sample, seed_offset=offset))
             except (MediaError, CacheError, ValueError) as e:

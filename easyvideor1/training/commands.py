@@ -64,9 +64,10 @@ def _train(args: argparse.Namespace) -> int:
             path = export_adapter(run, f"{cfg.logging.out_dir}/adapter")
             if path:
                 print(f"PEFT adapter: {path}")
-    if run.ctx.sequence_parallel is not None:  # its sub-groups: see distributed.close
-        from easyvideor1 import distributed
-        distributed.close()
+    # Leave the process group (and any sub-groups) after every rank is done: a process exiting with
+    # gloo groups alive may abort in their threads' destructors (seen under torchrun, DP and SP alike).
+    from easyvideor1 import distributed
+    distributed.close()
     return 0
 
 

@@ -1,8 +1,9 @@
 """The prompt loader: seeded epoch permutations, a position that checkpoints exactly.
 
 Every rank walks the same global order; `next_batch` returns the global batch of
-`batch_size` samples and `rank_slice` picks a rank's share, so 1 process and N processes
-see the same prompts in the same step (the multi-process test relies on it).
+`batch_size` samples and each rank takes its share of it (`training.rank_balance`; `rank_slice`
+is the contiguous share), so 1 process and N processes see the same prompts in the same step
+(the multi-process test relies on it).
 """
 
 from __future__ import annotations

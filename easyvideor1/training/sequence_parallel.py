@@ -89,7 +89,7 @@ def _first_rank(sp: SequenceParallel, prompts: list[Prompt], value):
     first_ids, first_value = distributed.all_gather_objects((ids, value), sp.group)[0]
     if first_ids != ids:
         raise RuntimeError("the ranks of a sequence-parallel group built different prompts; they must share a data "
-                           "slice (training.loader.rank_slice by data-parallel rank)")
+                           "slice (training.rank_balance.rank_slots by data-parallel rank)")
     return first_value
 
 

@@ -29,9 +29,9 @@ from easyvideor1.algorithms.kl import AdaptiveKLController, k1_sums
 from easyvideor1.config_tree import ConfigError
 from easyvideor1.training import checkpoint as ckpt
 from easyvideor1.training.groups import ScoredGroups, pad_groups, reward_metrics
-from easyvideor1.training.loader import rank_slice
 from easyvideor1.training.metrics import StageTimer, StepMetrics, console_line, gather_values
 from easyvideor1.training.parity import parity_metrics
+from easyvideor1.training.rank_balance import rank_slots
 from easyvideor1.training.run import Run
 from easyvideor1.training.sequence_parallel import share_scored
 from easyvideor1.training.sequences import RolloutBatch, all_full_kl, all_logprobs, make_batch
@@ -56,11 +56,15 @@ def rollout_stage(run: Run, step: int, timer: StageTimer) -> ScoredGroups:
     rounds = itertools.count()  # dynamic sampling's generation rounds
 
     def next_prompts():
-        samples = rank_slice(run.loader.next_batch(), dp.rank, dp.world)
-        # Seeds numbered by the global slot (the same in 1 or N processes), new ones each round.
-        first = (next(rounds) * cfg.training.rollout_batch_size + dp.rank * per_rank) * n
+        batch = run.loader.next_batch()
         with timer("prepare"):
-            prompts, failed = run.prompts.build_many(samples, seed_slots=(first, n))
+            # every rank assigns the global batch alike (`training.rank_balance`): equal counts, and
+            # with training.balance_ranks, balanced estimated tokens
+            slots = rank_slots(batch, dp.rank, dp.world, cfg.vision if cfg.training.balance_ranks else None)
+            # Seeds numbered by the global slot (the same in 1 or N processes), new ones each round.
+            first = next(rounds) * cfg.training.rollout_batch_size
+            prompts, failed = run.prompts.build_many([batch[i] for i in slots],
+                                                     seed_offsets=[(first + i) * n for i in slots])
         failures.extend(failed)
         return prompts
 

@@ -6,7 +6,10 @@ micro-batch each, per response), rank 1 two short text prompts (all four respons
 micro-batch). Step 2 the other way round. Rank 1 must split down to rank 0's count, or FSDP's
 collectives mismatch and the run hangs or aborts. The run finishes, both ranks issue the same
 sequence of collectives, and the parameters equal those of a 1-process run with the fixed
-`micro_batch_size` split (the loss normaliser is exact for any split).
+`micro_batch_size` split (the loss normaliser is exact for any split). That run keeps contiguous
+rank slices (`training.balance_ranks: false`); with the default, balanced slices
+(`training.rank_balance`), each rank takes one long and one short prompt: the token imbalance
+falls to about 1 and the parameters are again those of one process.
 
 Fillers (`training.micro_batches`): a rank holding fewer responses than another's micro-batch
 count (never in the trainer, whose ranks hold equal numbers) runs zero-loss micro-batches;
@@ -61,12 +64,13 @@ def _env():
 
 def test_unequal_ranks_make_equal_micro_batch_counts(setup):
     root, model, data = setup
-    one, two = root / "fixed_one", root / "budget_two"
-    for out in (one, two):
+    one, two, balanced = root / "fixed_one", root / "budget_two", root / "budget_balanced"
+    for out in (one, two, balanced):
         shutil.rmtree(out, ignore_errors=True)
     common = dict(training__shared_prefix=False, rollout__parity_check_every=1)  # parity: an old log-prob pass
     cfg1 = write_config(root, model, data, one, **common)
-    cfg2 = write_config(root, model, data, two, training__micro_batch_tokens=BUDGET, **common)
+    cfg2 = write_config(root, model, data, two, training__micro_batch_tokens=BUDGET, training__balance_ranks=False,
+                        **common)
     p1 = subprocess.run([sys.executable, "-m", "easyvideor1.cli", "train", str(cfg1)], capture_output=True,
                         text=True, env=_env(), timeout=TIMEOUT_S)
     assert p1.returncode == 0, p1.stderr[-4000:]
@@ -96,6 +100,19 @@ def test_unequal_ranks_make_equal_micro_batch_counts(setup):
     for name in w1:  # same gradients up to float summation order, Adam over 2 steps
         torch.testing.assert_close(w2[name], w1[name], rtol=1e-4, atol=1e-5, msg=lambda m: f"{name}: {m}")
     assert sum(not torch.equal(w0[n], w2[n]) for n in w2 if n in w0) > len(w2) // 2
+
+    cfg3 = write_config(root, model, data, balanced, training__micro_batch_tokens=BUDGET, **common)
+    p3 = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                         "-m", "easyvideor1.cli", "train", str(cfg3)], capture_output=True, text=True, env=_env(),
+                        timeout=TIMEOUT_S)
+    assert p3.returncode == 0, p3.stderr[-6000:]
+    m3 = [json.loads(l) for l in (balanced / "metrics.jsonl").read_text().splitlines()]
+    for a, b, c in zip(m1, m2, m3):
+        assert a["reward/all"] == pytest.approx(c["reward/all"], abs=1e-6)  # seeds follow the sample, not the rank
+        assert c["perf/rank_token_imbalance"] < 1.1 < b["perf/rank_token_imbalance"]
+    w3 = load_file(str(balanced / "hf_model" / "model.safetensors"))
+    for name in w1:
+        torch.testing.assert_close(w3[name], w1[name], rtol=1e-4, atol=1e-5, msg=lambda m: f"{name}: {m}")
 
 
 def test_rank_with_fewer_responses_runs_zero_loss_fillers(setup, tmp_path):
