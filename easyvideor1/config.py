@@ -141,8 +141,7 @@ class TrainingConfig:
     mini_batch_size: int = 32
     """Prompts per optimizer update within a step (PPO mini-batch)."""
     balance_ranks: bool = True
-    """Assign each step's samples to data-parallel ranks by estimated prompt tokens (equal counts),
-    not in contiguous slices (`training.rank_balance`)."""
+    """Hand each step's samples to data-parallel ranks by estimated prompt tokens, not contiguously."""
     micro_batch_size: int = 4
     """Sequences per forward/backward (gradient accumulation unit), when micro_batch_tokens is 0."""
     micro_batch_tokens: int = 0

@@ -81,7 +81,7 @@ def test_step0_and_reference_equal_base(setup, tmp_path):  # noqa: F811
     assert optimized == {id(p) for p in run.model.parameters() if p.requires_grad}
 
     samples = load_split(cfg.data.train_files, cfg)
-    prompts, failed = run.prompts.build_many(samples, seed_slots=(0, 1))
+    prompts, failed = run.prompts.build_many(samples, seed_offsets=list(range(len(samples))))
     assert not failed and {p.modality for p in prompts} >= {"video", "image", "text"}
     groups = run.rollouts.engine.generate(prompts, 1, SamplingParams(temperature=1.0, max_tokens=8, seed=0))
     batch = make_batch(prompts, groups)
@@ -220,7 +220,7 @@ def test_engines_and_exports_agree_after_training(setup, one_process, vllm_env, 
 
     run = build_run(cfg)
     assert maybe_resume(run) == 2
-    prompts, _ = run.prompts.build_many(load_split(cfg.data.train_files, cfg)[:6], seed_slots=(0, 1))
+    prompts, _ = run.prompts.build_many(load_split(cfg.data.train_files, cfg)[:6], seed_offsets=list(range(6)))
     greedy = SamplingParams(temperature=0.0, max_tokens=8, seed=0)
     lora_out = run.rollouts.engine.generate(prompts, 1, greedy)
     exported = HFEngine(load_policy(merged, "float32").eval(), run.prompts.processor, run.ctx.family, run.ctx.spec)

@@ -62,8 +62,9 @@ def _config(root, model, data, name, filtering):
     shutil.rmtree(out, ignore_errors=True)
     # 4-token log-prob chunks: the ranks need different numbers of head calls (rank 0 none at all when
     # it holds only padding groups), which must still be the same collectives on every rank
+    # contiguous rank slices (balance_ranks off): rank 0's share is the two bad samples, as designed
     return out, write_config(root, model, data, out, steps=2, data__max_prompt_tokens=1000,
-                             training__logprob_chunk_size=4,
+                             training__logprob_chunk_size=4, training__balance_ranks=False,
                              algorithm__online_filtering=filtering, algorithm__max_filter_tries=4,
                              data__on_error="skip")
 
