@@ -33,9 +33,6 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import argparse
-import json
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -53,6 +50,7 @@ from easyvideor1.prompts import Prompt
 from easyvideor1.records import Frames, Rollout, Sample, VideoMetadata
 from easyvideor1.training.micro_batches import balance_metrics
 from easyvideor1.training.sequences import ForwardContext, all_logprobs, make_batch, pass_micro_batches
+from peak_memory import child_rise, print_rise
 from easyvideor1.training.update import policy_update
 
 FAMILY = "qwen2_5_vl"
@@ -106,30 +104,14 @@ def _step(model, batch, ctx, optimizer) -> tuple[float, float]:
     return t1 - t0, time.perf_counter() - t1
 
 
-def _status_kib(key: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(key + ":"):
-            return int(line.split()[1])
-    raise RuntimeError(f"no {key} in /proc/self/status")
-
-
 def memory_child(model_dir: str, mode: str) -> None:
     """One step in this fresh process; prints {"rise_mib", "method"} as JSON."""
     model, batch, ctx, optimizer, _ = _setup(Path(model_dir), mode)
-    try:
-        Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM to the current RSS
-        method = "VmHWM after clear_refs"
-    except OSError:
-        method = "VmHWM (not reset: peak of model loading may hide the step's)"
-    before = _status_kib("VmRSS")
-    _step(model, batch, ctx, optimizer)
-    print(json.dumps({"rise_mib": (_status_kib("VmHWM") - before) / 1024, "method": method}))
+    print_rise(lambda: _step(model, batch, ctx, optimizer))
 
 
 def _memory(model_dir: Path, mode: str) -> dict:
-    cmd = [sys.executable, __file__, "--memory-child", str(model_dir), mode]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True, env=os.environ.copy())
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return child_rise(__file__, [str(model_dir), mode])
 
 
 def main() -> None:

@@ -25,9 +25,6 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import argparse
-import json
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -42,6 +39,7 @@ from easyvideor1.models.tiny import build_tiny_model
 from easyvideor1.prompts import Prompt
 from easyvideor1.records import Frames, Rollout, Sample, VideoMetadata
 from easyvideor1.training.sequences import ForwardContext, forward_logprobs, make_batch
+from peak_memory import child_rise, print_rise
 
 FAMILY = "qwen2_5_vl"
 # (name, n, video frames, response tokens): 224x224 frames are 64 merged tokens per 2 frames
@@ -90,31 +88,14 @@ def _update(model, batch, ctx) -> float:
     return time.perf_counter() - t0
 
 
-def _status_kib(key: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(key + ":"):
-            return int(line.split()[1])
-    raise RuntimeError(f"no {key} in /proc/self/status")
-
-
 def memory_child(model_dir: str, n: int, frames: int, response_len: int, shared: bool) -> None:
     """One update in this fresh process; prints {"rise_mib", "method"} as JSON."""
     model, batch, ctx, _ = _setup(Path(model_dir), n, frames, response_len)
-    try:
-        Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM to the current RSS
-        method = "VmHWM after clear_refs"
-    except OSError:
-        method = "VmHWM (not reset: peak of model loading may hide the update's)"
-    before = _status_kib("VmRSS")
-    _update(model, batch, ctx[shared])
-    print(json.dumps({"rise_mib": (_status_kib("VmHWM") - before) / 1024, "method": method}))
+    print_rise(lambda: _update(model, batch, ctx[shared]))
 
 
 def _memory(model_dir: Path, n: int, frames: int, response_len: int, shared: bool) -> dict:
-    cmd = [sys.executable, __file__, "--memory-child", str(model_dir), str(n), str(frames), str(response_len),
-           str(int(shared))]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True, env=os.environ.copy())
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return child_rise(__file__, [str(model_dir), str(n), str(frames), str(response_len), str(int(shared))])
 
 
 def main() -> None:

@@ -24,6 +24,17 @@ TEXT = [{"problem_id": f"text-{i}", "problem": f"What is {i} plus {i + 1}?", "an
 TIMEOUT_S = 1800
 
 
+def synth_rows(root, num_train=8):
+    """The synthetic training rows written under `root/synth`, media paths made absolute."""
+    rows = [json.loads(l) for l in write_suite(root / "synth", num_train=num_train, num_val=0, seed=0)["train"]
+            .read_text().splitlines()]
+    for r in rows:
+        for key in ("videos", "images"):
+            if key in r:
+                r[key] = [str(root / "synth" / p) for p in r[key]]
+    return rows
+
+
 def write_config(root, model, data, out, steps=2, **extra):
     cfg = {
         "vision": {"family": "qwen2_5_vl", "max_frames": 8, "video_min_pixels": 3136, "video_max_pixels": 12544,

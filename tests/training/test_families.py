@@ -20,7 +20,7 @@ from easyvideor1.data.synth import write_suite
 from easyvideor1.models.tiny import build_tiny_model
 from easyvideor1.training.setup import build_run
 from easyvideor1.training.trainer import train
-from test_distributed import TEXT, write_config
+from test_distributed import TEXT, synth_rows, write_config
 
 FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_5")
 MODALITIES = {"video", "image", "text"}
@@ -33,12 +33,7 @@ PARITY_TOL = 0.05
 def mixed(tmp_path_factory):
     """8 prompts in file order, each batch of 4 holding a video, an image and a text prompt."""
     root = tmp_path_factory.mktemp("families")
-    rows = [json.loads(l) for l in write_suite(root / "synth", num_train=8, num_val=0, seed=0)["train"]
-            .read_text().splitlines()]
-    for r in rows:
-        for key in ("videos", "images"):
-            if key in r:
-                r[key] = [str(root / "synth" / p) for p in r[key]]
+    rows = synth_rows(root)
     video = [r for r in rows if r["data_type"] == "video"]
     image = [r for r in rows if r["data_type"] == "image"]
     ordered = [video[0], image[0], TEXT[0], video[1], image[1], TEXT[1], video[2], image[0] | {"problem_id": "i9"}]

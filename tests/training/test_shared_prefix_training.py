@@ -13,22 +13,16 @@ import pytest
 import torch
 
 from easyvideor1.config import load_config
-from easyvideor1.data.synth import write_suite
 from easyvideor1.models.tiny import build_tiny_model
 from easyvideor1.training.setup import build_run
 from easyvideor1.training.trainer import train
-from test_distributed import TEXT, write_config
+from test_distributed import TEXT, synth_rows, write_config
 
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     root = tmp_path_factory.mktemp("shared")
-    rows = [json.loads(l) for l in write_suite(root / "synth", num_train=8, num_val=0, seed=0)["train"]
-            .read_text().splitlines()]
-    for r in rows:
-        for key in ("videos", "images"):
-            if key in r:
-                r[key] = [str(root / "synth" / p) for p in r[key]]
+    rows = synth_rows(root)
     video = [r for r in rows if r["data_type"] == "video"]
     image = [r for r in rows if r["data_type"] == "image"]
     path = root / "mixed.jsonl"

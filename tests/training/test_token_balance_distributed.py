@@ -27,9 +27,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from test_distributed import TEXT, write_config
+from test_distributed import TEXT, synth_rows, write_config
 
-from easyvideor1.data.synth import write_suite
 from easyvideor1.models.tiny import build_tiny_model
 
 HERE = Path(__file__).parent
@@ -41,12 +40,7 @@ BUDGET = 300  # tokens: a long prompt's row is over it alone, rank 1's four shor
 def setup(tmp_path_factory):
     root = tmp_path_factory.mktemp("balance")
     model = build_tiny_model("qwen2_5_vl", root / "model", seed=0)
-    rows = [json.loads(l) for l in write_suite(root / "synth", num_train=8, num_val=0, seed=0)["train"]
-            .read_text().splitlines()]
-    for r in rows:
-        for key in ("videos", "images"):
-            if key in r:
-                r[key] = [str(root / "synth" / p) for p in r[key]]
+    rows = synth_rows(root)
     video = [r for r in rows if r["data_type"] == "video"][:2]
     long = [r | {"problem": "Describe each frame, every object, its colour and its motion. " * 12 + r["problem"]}
             for r in video]
