@@ -111,17 +111,32 @@ def barrier(group: Any = None) -> None:
 
 def new_subgroups(size: int) -> Any:
     """Split the world into groups of `size` consecutive ranks; return this rank's group (None in
-    one process). Every rank creates every group, in the same order, as `torch.distributed`
-    requires."""
+    one process)."""
     world = world_size()
     if world % size:
         raise ValueError(f"{world} processes cannot be split into groups of {size}")
+    return _my_group([list(range(first, first + size)) for first in range(0, world, size)])
+
+
+def strided_subgroups(stride: int) -> Any:
+    """Groups of the ranks equal modulo `stride` ({r, r + stride, ...}); this rank's (None in
+    one process). Under sequence parallelism of size `stride` these are the data-parallel
+    replicas: one rank of each sequence-parallel group."""
+    world = world_size()
+    if world % stride:
+        raise ValueError(f"{world} processes cannot be strided by {stride}")
+    return _my_group([list(range(first, world, stride)) for first in range(stride)])
+
+
+def _my_group(rank_lists: list[list[int]]) -> Any:
+    """Create a group per list (every rank creates every group, in the same order, as
+    `torch.distributed` requires); return the one holding this rank (None in one process)."""
     if not is_initialized():
         return None
     mine = None
-    for first in range(0, world, size):
-        group = dist.new_group(list(range(first, first + size)))
-        if first <= rank() < first + size:
+    for ranks in rank_lists:
+        group = dist.new_group(ranks)
+        if rank() in ranks:
             mine = group
     return mine
 
@@ -203,23 +218,6 @@ def all_reduce_grad(tensor: torch.Tensor, group: Any = None) -> torch.Tensor:
     if not is_distributed(group):
         return tensor
     return _AllReduceSum.apply(tensor, group)
-
-
-def strided_subgroups(stride: int) -> Any:
-    """Groups of the ranks equal modulo `stride` ({r, r + stride, ...}); this rank's (None in
-    one process). Under sequence parallelism of size `stride` these are the data-parallel
-    replicas: one rank of each sequence-parallel group."""
-    world = world_size()
-    if world % stride:
-        raise ValueError(f"{world} processes cannot be strided by {stride}")
-    if not is_initialized():
-        return None
-    mine = None
-    for first in range(stride):
-        group = dist.new_group(list(range(first, world, stride)))
-        if rank() % stride == first:
-            mine = group
-    return mine
 
 
 def close() -> None:

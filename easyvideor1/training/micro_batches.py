@@ -20,10 +20,10 @@ collectives match.
 The loss stays exact whatever the split: the normaliser (`algorithms.loss_normalizer`) counts
 tokens or sequences row by row, so any partition of the same responses gives the same count.
 
-Where this departs from "balanced across ranks": responses are trained on the rank that built
-their prompt (its pixels live there); ranks are equalised in micro-batch count, and tokens are
-balanced within each rank, not moved between ranks. `perf/rank_token_imbalance` (max / mean of
-the computed tokens per rank) shows what is left.
+Responses are trained on the rank that built their prompt (its pixels live there), so tokens
+are balanced across ranks earlier, when the step's samples are handed out (`training.rank_balance`);
+here ranks are equalised in micro-batch count and tokens balanced within each rank.
+`perf/rank_token_imbalance` (max / mean of the computed tokens per rank) shows what is left.
 """
 
 from __future__ import annotations

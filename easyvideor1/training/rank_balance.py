@@ -28,6 +28,7 @@ import os
 
 from easyvideor1.models.families import get_family
 from easyvideor1.records import Sample
+from easyvideor1.training.loader import rank_slice
 from easyvideor1.vision.config import VisionConfig
 from easyvideor1.vision.sampling import frame_indices, image_size, video_size
 
@@ -104,8 +105,5 @@ def rank_slots(samples: list[Sample], rank: int, world: int, cfg: VisionConfig |
     """The global slots rank `rank` of `world` takes: balanced by estimated tokens when `cfg` is
     given (`training.balance_ranks`), else its contiguous share."""
     if world == 1 or cfg is None:
-        if len(samples) % world:
-            balanced_slots([0] * len(samples), world)  # the same error
-        per = len(samples) // world
-        return list(range(rank * per, (rank + 1) * per))
+        return rank_slice(list(range(len(samples))), rank, world)
     return balanced_slots([estimate_tokens(s, cfg) for s in samples], world)[rank]
