@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from easyvideor1.errors import UserError
 from easyvideor1.vision.config import VisionConfig
 
 ENGINES = ("vllm", "hf")
@@ -135,11 +136,15 @@ def differences(a: dict[str, Any], b: dict[str, Any], exclude: tuple[str, ...] =
 
 def template_digest(template_dir: str | os.PathLike | None = None) -> str:
     """SHA-256 prefix over the names and contents of the `*.jinja` files of a template folder
-    (None: the package's built-in `easyvideor1/templates`), searched recursively."""
+    (None: the package's built-in `easyvideor1/templates`), searched recursively; or of one
+    template file, which `render_prompt` then uses for every sample (as the demo does)."""
     root = Path(template_dir) if template_dir else Path(__file__).resolve().parent.parent / "templates"
-    if not root.is_dir():
-        raise FileNotFoundError(f"template folder {root} does not exist")
+    if not root.exists():
+        raise UserError(f"--template-dir {root}: no such folder or file (give a folder of *.jinja templates "
+                        "or one template file)")
     h = hashlib.sha256()
-    for path in sorted(root.rglob("*.jinja")):
+    files = [root] if root.is_file() else sorted(root.rglob("*.jinja"))
+    root = root.parent if root.is_file() else root
+    for path in files:
         h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
     return h.hexdigest()[:16]

@@ -6,6 +6,7 @@ import dataclasses
 
 import pytest
 
+from easyvideor1.errors import UserError
 from easyvideor1.evaluation import presets
 from easyvideor1.evaluation.settings import (
     DecodingSettings,
@@ -74,6 +75,18 @@ def test_template_digest_follows_file_contents(tmp_path):
     (tmp_path / "multiple_choice.jinja").write_text("Q: {{ problem }}")
     assert template_digest(tmp_path) != first
     assert len(template_digest()) == 16  # the built-in templates
+
+
+def test_template_digest_of_one_template_file(tmp_path):
+    """`--template-dir FILE` (one template for every sample, as the demo trains with) is hashed, and a
+    missing path is a user error naming it, not a traceback."""
+    one = tmp_path / "terse.jinja"
+    one.write_text("{{ problem }}")
+    first = template_digest(one)
+    one.write_text("Q: {{ problem }}")
+    assert template_digest(one) != first and len(first) == 16
+    with pytest.raises(UserError, match="--template-dir .*nope: no such folder or file"):
+        template_digest(tmp_path / "nope")
 
 
 def test_overrides_land_in_the_settings_and_their_hash():
