@@ -41,7 +41,8 @@ def md(text: str) -> str:
         if part.startswith("`") and part.endswith("`") and len(part) > 1:
             out.append(part.replace("|", "\\|"))
         else:
-            out.append(re.sub(r"([\\*_<>|\[\]])", r"\\\1", part))
+            part = re.sub(r"([\\*_|\[\]])", r"\\\1", part)
+            out.append(part.replace("<", "&lt;").replace(">", "&gt;"))
     return "".join(out)
 
 
@@ -132,7 +133,11 @@ def config_reference() -> str:
              "Every field of the training configuration (`easyvideor1/config.py` and the sections it embeds). "
              "Set them in a YAML file (one mapping per section, as in `configs/`) or on the command line as "
              "`section.key=value` overrides after the file; unknown keys are errors that list the valid ones. "
-             "Units are in each field's description. `easyvideor1 train --help-config` prints the same fields.",
+             "`easyvideor1 train --help-config` prints the same fields.", "",
+             "Units are in each field's description. Pixel budgets count H\\*W pixels (one merged vision token "
+             "is 28x28 = 784 pixels for Qwen2-VL and Qwen2.5-VL, 32x32 = 1,024 for Qwen3-VL and Qwen3.5); names "
+             "ending in `_s` are seconds, `_mb` megabytes, `_px` pixels; lengths, limits and budgets of text "
+             "are tokens; `steps` are optimizer steps.",
              "", "```bash", "easyvideor1 train configs/demo_cpu.yaml training.steps=50 rollout.n=4", "```", ""]
     for f in dataclasses.fields(Config):
         lines += _config_section(hints[f.name], f.name, docs.get(f.name, ""), 2)
