@@ -89,7 +89,7 @@ class Interval:
     clusters: int
     """Clusters (videos) the units fall in."""
     units: int
-    """Units resampled (samples, or groups for group scores)."""
+    """Distinct units resampled (samples, or groups for group scores)."""
     note: str = ""
     """Why there is no interval ("n too small ..." / "not available ...")."""
 
@@ -136,13 +136,13 @@ def interval(est: Estimand, resamples: int = RESAMPLES, seed: int = SEED) -> Int
     index = {c: i for i, c in enumerate(dict.fromkeys(est.clusters))}
     n_clusters = len(index)
     if n_clusters < MIN_CLUSTERS:
-        return Interval(None, None, n_clusters, len(est.ids),
+        return Interval(None, None, n_clusters, len(set(est.ids)),
                         note=f"n too small ({n_clusters} clusters < {MIN_CLUSTERS})")
     sums, counts, w = _design(est, np.array([index[c] for c in est.clusters], dtype=np.int64), n_clusters)
     point = float(_statistic(sums.sum(0, keepdims=True), counts.sum(0, keepdims=True), w)[0])
     reps = _widen(_replicates([(sums, counts, w)], n_clusters, resamples, seed)[0], point, n_clusters)
     low, high = np.quantile(reps, [(1 - LEVEL) / 2, (1 + LEVEL) / 2])
-    return Interval(float(low), float(high), n_clusters, len(est.ids))
+    return Interval(float(low), float(high), n_clusters, len(set(est.ids)))
 
 
 def paired(a: Estimand, b: Estimand, resamples: int = RESAMPLES, seed: int = SEED) -> PairedTest:

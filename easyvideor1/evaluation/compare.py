@@ -80,7 +80,8 @@ def category_deltas(this: RunSummary, other: RunSummary) -> list[Delta]:
 def compare_markdown(this: RunSummary, other: RunSummary, deltas: list[Delta]) -> str:
     """Table: benchmark | B | A | delta | paired CI | p | verdict; then notes."""
     lines = [f"# {this.model} vs {other.model}", "",
-             f"A = {this.model} (`{this.results_dir}`), B = {other.model} (`{other.results_dir}`); Δ = A - B in points.",
+             f"A = {this.model} (`{this.results_dir}`), B = {other.model} (`{other.results_dir}`); "
+             "Δ = A - B in points.",
              "", f"| Benchmark | {other.model} | {this.model} | Δ | 95% CI of Δ | p | Verdict |",
              "|---|---|---|---|---|---|---|"]
     partial = []

@@ -211,8 +211,8 @@ def render(results_dir: str | os.PathLike, out_dir: str | os.PathLike, model: st
                      intervals=[a.ci for a in aggregates.values()])]
     for key, agg in aggregates.items():
         body += [f'<h2 id="{_e(key)}">{_e(titles[key])}</h2>',
-                 f"<p>{_e(agg.metric)}: <b>{100 * agg.overall:.1f}</b> (95% CI {_e(interval_text(agg.ci))}) over {agg.count} samples "
-                 f"({agg.failed} failed)</p>"]
+                 f"<p>{_e(agg.metric)}: <b>{100 * agg.overall:.1f}</b> (95% CI {_e(interval_text(agg.ci))}) "
+                 f"over {agg.count} samples ({agg.failed} failed)</p>"]
         body += [f'<p class="note">{_e(n)}</p>' for n in agg.notes]
         if agg.metrics:
             body.append(_table(["Metric", "Score"], [[k, f"{100 * v:.1f}"] for k, v in agg.metrics.items()]))
@@ -223,7 +223,8 @@ def render(results_dir: str | os.PathLike, out_dir: str | os.PathLike, model: st
                      _table([name, "Score", "Samples", "Failed", "95% CI"],
                             [[label, f"{100 * c.score:.1f}", str(c.count), str(c.failed), interval_text(c.ci)]
                              for label, c in table.items()]),
-                     svg_bars([(label, c.score) for label, c in table.items()], intervals=[c.ci for c in table.values()])]
+                     svg_bars([(label, c.score) for label, c in table.items()],
+                              intervals=[c.ci for c in table.values()])]
         bench_rows = rows.get(key, [])
         right = [r for r in bench_rows if r.status == "ok" and r.score >= RIGHT][:SAMPLES_PER_KIND]
         wrong = [r for r in bench_rows if not (r.status == "ok" and r.score >= RIGHT)][:SAMPLES_PER_KIND]

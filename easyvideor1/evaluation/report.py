@@ -25,7 +25,16 @@ from typing import Any
 
 from easyvideor1.evaluation.adapters import BENCHMARKS, CROSS_METRICS, get_benchmark
 from easyvideor1.evaluation.aggregate import Aggregate
-from easyvideor1.evaluation.bootstrap import LEVEL, METHOD, MIN_CLUSTERS, RESAMPLES, SEED, Estimand, Interval, interval_text
+from easyvideor1.evaluation.bootstrap import (
+    LEVEL,
+    METHOD,
+    MIN_CLUSTERS,
+    RESAMPLES,
+    SEED,
+    Estimand,
+    Interval,
+    interval_text,
+)
 from easyvideor1.evaluation.html_report import render
 from easyvideor1.evaluation.intervals import add_intervals
 from easyvideor1.evaluation.results import SETTINGS_FILE, read_results

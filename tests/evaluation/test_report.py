@@ -99,8 +99,8 @@ def video_root(tmp_path, write_json):
     write_json("many/videomme.json", [mc(i, f"q{i}", OPTS, "A", path=f"./videos/v{i // 3}.mp4",
                                          duration=("short", "long")[i % 2]) for i in range(45)])
     truth = '<answer>{"time": [0, 10]}</answer>'
-    write_json("many/charades_sta.json", [{"problem_id": i, "problem": "door opens", "problem_type": "temporal grounding",
-                                           "path": f"c{i}.mp4", "solution": truth} for i in range(12)])
+    write_json("many/charades_sta.json", [{"problem_id": i, "problem": "door opens", "path": f"c{i}.mp4",
+                                           "problem_type": "temporal grounding", "solution": truth} for i in range(12)])
     return tmp_path / "many"
 
 
@@ -129,7 +129,8 @@ def test_intervals_and_paired_verdicts_through_the_cli(tmp_path, video_root, cap
                           env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     md = proc.stdout
-    assert re.search(r"\| Video-MME \| 26\.7 \| 75\.6 \| \+48\.9 \| \+\d+\.\d to \+\d+\.\d \| 0\.0\d\d \| A better \|", md), md
+    verdict = r"\| Video-MME \| 26\.7 \| 75\.6 \| \+48\.9 \| \+\d+\.\d to \+\d+\.\d \| 0\.0\d\d \| A better \|"
+    assert re.search(verdict, md), md
     assert "| Charades-STA | 85.0 | 85.0 | +0.0 | +0.0 to +0.0 | 1.000 | no significant difference |" in md
     data = json.loads((rl / "compare.json").read_text())
     test = data["benchmarks"][0]["test"]
