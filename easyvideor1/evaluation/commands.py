@@ -144,12 +144,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "report", help="tables, JSON and charts of evaluation results",
         description="Summarize a results folder written by `easyvideor1 eval`: a Markdown table per "
                     "benchmark and category (report.md), JSON (report.json) and a bar chart "
-                    "(report.png). With --compare, per-benchmark deltas between two models "
-                    "(compare.md/.json/.png); both folders must share their settings but the model.")
+                    "(report.png), every score with its 95% confidence interval (cluster bootstrap by "
+                    "video). With --compare, per-benchmark deltas between two models with a paired test "
+                    "(interval, p-value, verdict) over the samples both scored (compare.md/.json/.png); "
+                    "both folders must share their settings but the model.")
     p.add_argument("results_dir", metavar="RESULTS_DIR", nargs="+",
                    help="results folder (settings.json + <benchmark>.jsonl); several: the shard folders of one "
                         "`eval --shard i/N` run, merged into --out first")
     p.add_argument("--compare", metavar="OTHER_DIR", default=None,
-                   help="second results folder; deltas are RESULTS_DIR - OTHER_DIR")
+                   help="second results folder (B); deltas are RESULTS_DIR (A) - OTHER_DIR (B), verdicts "
+                        "'A better' / 'B better' / 'no significant difference'")
     p.add_argument("--out", default=None, help="where to write the outputs (default: RESULTS_DIR)")
     p.set_defaults(func=_report)

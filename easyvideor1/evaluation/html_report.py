@@ -25,6 +25,7 @@ from typing import Any
 
 from easyvideor1.evaluation.adapters import get_benchmark
 from easyvideor1.evaluation.aggregate import Aggregate
+from easyvideor1.evaluation.bootstrap import METHOD, Interval, interval_text
 from easyvideor1.evaluation.results import SETTINGS_FILE, ResultRow, read_results
 from easyvideor1.vision.config import VisionConfig
 
@@ -73,17 +74,26 @@ def _e(text: Any) -> str:
     return html.escape(str(text))
 
 
-def svg_bars(pairs: list[tuple[str, float]], width: int = 640) -> str:
-    """Horizontal bar chart (scores in [0, 1]) as inline SVG."""
+def svg_bars(pairs: list[tuple[str, float]], width: int = 640, intervals: list[Interval | None] | None = None) -> str:
+    """Horizontal bar chart (scores in [0, 1]) as inline SVG; `intervals` (one per bar, None or
+    without bounds: none drawn) become error bars."""
     row, label_w = 22, 220
     h = row * len(pairs) + 8
+    scale = width - label_w - 60
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{h}" role="img">']
     for i, (label, value) in enumerate(pairs):
         y = 4 + i * row
-        w = max(0.0, min(1.0, value)) * (width - label_w - 60)
+        w = max(0.0, min(1.0, value)) * scale
+        ci = intervals[i] if intervals else None
+        end = w
         parts.append(f'<text x="{label_w - 6}" y="{y + 15}" text-anchor="end" font-size="12">{_e(label[:34])}</text>'
-                     f'<rect x="{label_w}" y="{y + 3}" width="{w:.1f}" height="{row - 6}" fill="#4C72B0"/>'
-                     f'<text x="{label_w + w + 4:.1f}" y="{y + 15}" font-size="12">{100 * value:.1f}</text>')
+                     f'<rect x="{label_w}" y="{y + 3}" width="{w:.1f}" height="{row - 6}" fill="#4C72B0"/>')
+        if ci is not None and ci.low is not None and ci.high is not None:
+            lo, hi, mid = label_w + ci.low * scale, label_w + ci.high * scale, y + row / 2
+            end = max(w, ci.high * scale)
+            parts.append(f'<path class="ci" d="M{lo:.1f} {mid:.1f}H{hi:.1f}M{lo:.1f} {mid - 4:.1f}V{mid + 4:.1f}'
+                         f'M{hi:.1f} {mid - 4:.1f}V{mid + 4:.1f}" stroke="#222" fill="none"/>')
+        parts.append(f'<text x="{label_w + end + 4:.1f}" y="{y + 15}" font-size="12">{100 * value:.1f}</text>')
     parts.append("</svg>")
     return "".join(parts)
 
@@ -193,13 +203,16 @@ def render(results_dir: str | os.PathLike, out_dir: str | os.PathLike, model: st
     body = [f"<h1>Evaluation: {_e(model)}</h1>",
             f"<p>Results: <code>{_e(root)}</code>" + (f" (settings hash <code>{_e(settings_hash)}</code>)"
                                                       if settings_hash else "") + "</p>",
-            _table(["Benchmark", "Score", "Metric", "Samples", "Failed"],
-                   [[titles[k], f"{100 * a.overall:.1f}", a.metric, str(a.count), str(a.failed)]
-                    for k, a in aggregates.items()]),
-            svg_bars([(titles[k], a.overall) for k, a in aggregates.items()])]
+            _table(["Benchmark", "Score", "Metric", "Samples", "Failed", "95% CI", "Clusters"],
+                   [[titles[k], f"{100 * a.overall:.1f}", a.metric, str(a.count), str(a.failed), interval_text(a.ci),
+                     str(a.ci.clusters) if a.ci and a.ci.clusters else "-"] for k, a in aggregates.items()]),
+            f"<p>95% CI: {_e(METHOD)}; a cluster is one video. Error bars: the 95% CI.</p>",
+            svg_bars([(titles[k], a.overall) for k, a in aggregates.items()],
+                     intervals=[a.ci for a in aggregates.values()])]
     for key, agg in aggregates.items():
         body += [f'<h2 id="{_e(key)}">{_e(titles[key])}</h2>',
-                 f"<p>{_e(agg.metric)}: <b>{100 * agg.overall:.1f}</b> over {agg.count} samples ({agg.failed} failed)</p>"]
+                 f"<p>{_e(agg.metric)}: <b>{100 * agg.overall:.1f}</b> (95% CI {_e(interval_text(agg.ci))}) "
+                 f"over {agg.count} samples ({agg.failed} failed)</p>"]
         body += [f'<p class="note">{_e(n)}</p>' for n in agg.notes]
         if agg.metrics:
             body.append(_table(["Metric", "Score"], [[k, f"{100 * v:.1f}"] for k, v in agg.metrics.items()]))
@@ -207,9 +220,11 @@ def render(results_dir: str | os.PathLike, out_dir: str | os.PathLike, model: st
             if not table:
                 continue
             body += [f"<h3>by {_e(name)}</h3>",
-                     _table([name, "Score", "Samples", "Failed"],
-                            [[label, f"{100 * c.score:.1f}", str(c.count), str(c.failed)] for label, c in table.items()]),
-                     svg_bars([(label, c.score) for label, c in table.items()])]
+                     _table([name, "Score", "Samples", "Failed", "95% CI"],
+                            [[label, f"{100 * c.score:.1f}", str(c.count), str(c.failed), interval_text(c.ci)]
+                             for label, c in table.items()]),
+                     svg_bars([(label, c.score) for label, c in table.items()],
+                              intervals=[c.ci for c in table.values()])]
         bench_rows = rows.get(key, [])
         right = [r for r in bench_rows if r.status == "ok" and r.score >= RIGHT][:SAMPLES_PER_KIND]
         wrong = [r for r in bench_rows if not (r.status == "ok" and r.score >= RIGHT)][:SAMPLES_PER_KIND]

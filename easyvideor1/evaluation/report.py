@@ -7,7 +7,10 @@
                               (html_report.py; thumbnails in report_files/)
 
 Scores are shown as percentages with one decimal. Failed samples are counted in every
-denominator and their number is shown next to each score.
+denominator and their number is shown next to each score. Every score and breakdown cell has
+its 95% confidence interval (intervals.py: cluster bootstrap by video), or says "n too small"
+(fewer than 10 videos) or "n/a" (not a mean of per-sample scores); the chart draws them as
+error bars.
 """
 
 from __future__ import annotations
@@ -22,7 +25,18 @@ from typing import Any
 
 from easyvideor1.evaluation.adapters import BENCHMARKS, CROSS_METRICS, get_benchmark
 from easyvideor1.evaluation.aggregate import Aggregate
+from easyvideor1.evaluation.bootstrap import (
+    LEVEL,
+    METHOD,
+    MIN_CLUSTERS,
+    RESAMPLES,
+    SEED,
+    Estimand,
+    Interval,
+    interval_text,
+)
 from easyvideor1.evaluation.html_report import render
+from easyvideor1.evaluation.intervals import add_intervals
 from easyvideor1.evaluation.results import SETTINGS_FILE, read_results
 
 log = logging.getLogger(__name__)
@@ -42,6 +56,8 @@ class RunSummary:
     """Benchmark (results file stem) -> its aggregate, in registry order (then file benchmarks)."""
     titles: dict[str, str] = field(default_factory=dict)
     """Benchmark -> display name."""
+    estimands: dict[str, Estimand | None] = field(default_factory=dict)
+    """Benchmark -> its headline score as an estimand (None: no interval), for paired tests."""
 
 
 def summarize_run(results_dir: str | os.PathLike) -> RunSummary:
@@ -65,10 +81,16 @@ def summarize_run(results_dir: str | os.PathLike) -> RunSummary:
             log.warning("%s: %s.jsonl is not a benchmark's results file; skipped", root, stem)
             continue
         run.aggregates[stem] = bench.aggregate(rows)
+        run.estimands[stem] = add_intervals(bench, rows, run.aggregates[stem])
         run.titles[stem] = bench.title
     for add in CROSS_METRICS:
         add(run.aggregates)
     return run
+
+
+METHOD_TEXT = (f"95% CI: {METHOD}; a cluster is one video (a sample without a video is its own), so "
+               f"questions on one video count together. Fewer than {MIN_CLUSTERS} clusters: n too small. "
+               "n/a: the score is not a mean of per-sample scores.")
 
 
 def pct(x: float) -> str:
@@ -85,12 +107,14 @@ def markdown(run: RunSummary) -> str:
     """The whole report as Markdown."""
     out = [f"# Evaluation: {run.model}", "", f"Results: `{run.results_dir}`"
            + (f" (settings hash `{run.settings_hash}`)" if run.settings_hash else ""), ""]
-    out += _table(["Benchmark", "Score", "Metric", "Samples", "Failed"],
-                  [[run.titles[k], pct(a.overall), a.metric, str(a.count), str(a.failed)]
-                   for k, a in run.aggregates.items()])
+    out += _table(["Benchmark", "Score", "Metric", "Samples", "Failed", "95% CI", "Clusters"],
+                  [[run.titles[k], pct(a.overall), a.metric, str(a.count), str(a.failed), interval_text(a.ci),
+                    str(a.ci.clusters) if a.ci and a.ci.clusters else "-"] for k, a in run.aggregates.items()])
+    out += ["", METHOD_TEXT]
     for key, agg in run.aggregates.items():
         out += ["", f"## {run.titles[key]}", "",
-                f"{agg.metric}: **{pct(agg.overall)}** over {agg.count} samples ({agg.failed} failed)"]
+                f"{agg.metric}: **{pct(agg.overall)}** (95% CI: {ci_text(agg.ci)}) over {agg.count} samples "
+                f"({agg.failed} failed)"]
         out += [f"\n> **Note:** {note}" for note in agg.notes]
         if agg.metrics:
             out += [""] + _table(["Metric", "Score"], [[k, pct(v)] for k, v in agg.metrics.items()])
@@ -98,14 +122,26 @@ def markdown(run: RunSummary) -> str:
             if not table:
                 continue
             out += ["", f"### by {name}", ""]
-            out += _table([name, "Score", "Samples", "Failed"],
-                          [[label, pct(c.score), str(c.count), str(c.failed)] for label, c in table.items()])
+            out += _table([name, "Score", "Samples", "Failed", "95% CI"],
+                          [[label, pct(c.score), str(c.count), str(c.failed), interval_text(c.ci)]
+                           for label, c in table.items()])
     return "\n".join(out) + "\n"
+
+
+def ci_text(ci: Interval | None) -> str:
+    """'41.2–58.8 over 38 clusters' / 'n too small: 6 clusters' / 'n/a: why'."""
+    if ci is None:
+        return "n/a"
+    if ci.low is None and not ci.note.startswith("n too small"):
+        return ci.note.replace("not available", "n/a")
+    return f"{ci.text()} over {ci.clusters} clusters" if ci.low is not None else f"n too small: {ci.clusters} clusters"
 
 
 def to_json(run: RunSummary) -> dict[str, Any]:
     """Machine-readable report."""
     return {"model": run.model, "results_dir": run.results_dir, "settings_hash": run.settings_hash,
+            "intervals": {"method": METHOD, "level": LEVEL, "resamples": RESAMPLES, "seed": SEED,
+                          "min_clusters": MIN_CLUSTERS},
             "benchmarks": {k: {"title": run.titles[k], **a.to_dict()} for k, a in run.aggregates.items()}}
 
 
@@ -117,14 +153,22 @@ def bar_chart(run: RunSummary, path: str | os.PathLike) -> None:
     values = [100 * a.overall for a in run.aggregates.values()]
     fig = Figure(figsize=(max(6.0, 0.6 * len(names) + 2), 4.5))
     ax = fig.add_subplot()
-    bars = ax.bar(range(len(names)), values, color="#4C72B0")
+    bars = ax.bar(range(len(names)), values, color="#4C72B0", yerr=error_bars(run.aggregates.values()),
+                  ecolor="#222222", capsize=3)
     ax.bar_label(bars, labels=[f"{v:.1f}" for v in values], fontsize=7, padding=2)
     ax.set_xticks(range(len(names)), names, rotation=45, ha="right", fontsize=8)
     ax.set_ylabel("score (%)")
     ax.set_ylim(0, max([100.0, *values]) * 1.08)
-    ax.set_title(run.model)
+    ax.set_title(f"{run.model} (error bars: 95% CI)")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
+
+
+def error_bars(aggs) -> list[list[float]]:
+    """[[below], [above]] in points per aggregate for matplotlib's `yerr` (0 where no interval)."""
+    spans = [(a.overall - a.ci.low, a.ci.high - a.overall) if a.ci and a.ci.low is not None else (0.0, 0.0)
+             for a in aggs]
+    return [[100 * max(0.0, lo) for lo, _ in spans], [100 * max(0.0, hi) for _, hi in spans]]
 
 
 def write_report(results_dir: str | os.PathLike, out_dir: str | os.PathLike | None = None,

@@ -61,6 +61,9 @@ class ResultRow:
     """Named sub-scores from the scorer (e.g. temporal and box IoU)."""
     labels: dict[str, str] = field(default_factory=dict)
     """The benchmark's breakdown labels of this sample (duration, task, group...)."""
+    video: str = ""
+    """The sample's video (first one; path under the data root where known), "" for none: the
+    cluster of the report's confidence intervals (questions on one video are correlated)."""
     prompt_tokens: int | None = None
     """Prompt length including vision tokens, when the engine reports it."""
     output_tokens: int | None = None
@@ -83,7 +86,7 @@ class ResultRow:
                timing: dict[str, float] | None = None) -> ResultRow:
         """A failed row for `sample` (could not be loaded, generated or scored)."""
         return cls(id=sample.problem_id, status="failed", answer=sample.answer,
-                   problem_type=sample.problem_type, labels=dict(labels or {}),
+                   problem_type=sample.problem_type, labels=dict(labels or {}), video=video_key(sample),
                    timing=dict(timing or {}), reason=reason)
 
     def to_json(self) -> str:
@@ -95,6 +98,12 @@ class ResultRow:
         """Inverse of `to_json` (unknown keys are ignored, so older files still read)."""
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in names})
+
+
+def video_key(sample: Sample) -> str:
+    """The video a result row records (`ResultRow.video`): the `video_key` that `Benchmark.load`
+    sets (the prepared video's path under the data root), else the first video's path."""
+    return str(sample.extra.get("video_key") or (sample.videos[0] if sample.videos else ""))
 
 
 class SettingsMismatch(UserError, ValueError):

@@ -5,6 +5,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from evalfixtures import answer, mc
@@ -86,6 +91,53 @@ def test_compare_deltas_and_refusal(tmp_path, data_root, capsys):
     assert cli(["report", str(greedy), "--compare", str(base)]) == 1
     out = capsys.readouterr().out
     assert "not comparable" in out and "sampling.temperature: 0.0 != 0.7" in out
+
+
+@pytest.fixture
+def video_root(tmp_path, write_json):
+    """45 Video-MME questions on 15 videos (3 each), 12 Charades-STA queries on 12 videos."""
+    write_json("many/videomme.json", [mc(i, f"q{i}", OPTS, "A", path=f"./videos/v{i // 3}.mp4",
+                                         duration=("short", "long")[i % 2]) for i in range(45)])
+    truth = '<answer>{"time": [0, 10]}</answer>'
+    write_json("many/charades_sta.json", [{"problem_id": i, "problem": "door opens", "path": f"c{i}.mp4",
+                                           "problem_type": "temporal grounding", "solution": truth} for i in range(12)])
+    return tmp_path / "many"
+
+
+def test_intervals_and_paired_verdicts_through_the_cli(tmp_path, video_root, capsys):
+    base, rl = tmp_path / "base", tmp_path / "rl"
+    moments = [f"[{i % 4}, 10]" for i in range(12)]  # the same predictions in both runs: IoU 1, .9, .8, .7
+    run_eval(base, video_root, "models/base", ["A" if i % 4 == 0 else "B" for i in range(45)], moments)  # 26.7
+    run_eval(rl, video_root, "models/rl", ["A" if i % 4 != 3 else "B" for i in range(45)], moments)  # 75.6
+    assert cli(["report", str(rl)]) == 0
+    md = (rl / "report.md").read_text()
+    row = re.search(r"\| Video-MME \| 75\.6 \| accuracy \| 45 \| 0 \| (\d+\.\d)–(\d+\.\d) \| 15 \|", md)
+    assert row and float(row[1]) < 75.6 < float(row[2]), md
+    assert "cluster bootstrap by video" in md and "| short | " in md
+    report = json.loads((rl / "report.json").read_text())
+    ci = report["benchmarks"]["videomme"]["ci"]
+    assert (ci["clusters"], ci["units"]) == (15, 45) and ci["low"] < 34 / 45 < ci["high"]
+    assert report["benchmarks"]["videomme"]["categories"]["duration"]["long"]["ci"]["units"] == 22
+    assert report["benchmarks"]["charades_sta"]["ci"]["clusters"] == 12 and report["intervals"]["level"] == 0.95
+    page = (rl / "report.html").read_text()
+    assert f"{100 * ci['low']:.1f}–{100 * ci['high']:.1f}" in page and '<path class="ci"' in page
+    capsys.readouterr()
+
+    # the real command line, in a process of its own
+    proc = subprocess.run([sys.executable, "-c", "import sys; from easyvideor1.cli import main; sys.exit(main())",
+                           "report", str(rl), "--compare", str(base)], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    md = proc.stdout
+    verdict = r"\| Video-MME \| 26\.7 \| 75\.6 \| \+48\.9 \| \+\d+\.\d to \+\d+\.\d \| 0\.0\d\d \| A better \|"
+    assert re.search(verdict, md), md
+    assert "| Charades-STA | 85.0 | 85.0 | +0.0 | +0.0 to +0.0 | 1.000 | no significant difference |" in md
+    data = json.loads((rl / "compare.json").read_text())
+    test = data["benchmarks"][0]["test"]
+    assert (test["verdict"], test["shared"], test["clusters"]) == ("A better", 45, 15) and test["p_value"] < 0.05
+    assert test["low"] > 0 and test["delta"] == pytest.approx(22 / 45)
+    assert cli(["report", str(base), "--compare", str(rl), "--out", str(tmp_path / "swapped")]) == 0
+    assert "| -48.9 |" in capsys.readouterr().out and "B better" in (tmp_path / "swapped" / "compare.md").read_text()
 
 
 def test_report_of_a_folder_without_results_is_an_error(tmp_path, capsys):

@@ -39,7 +39,8 @@ from easyvideor1.data.loading import DataError, LoadResult, Problem, load_record
 from easyvideor1.data.templates import render_prompt
 from easyvideor1.evaluation.adapters.extract import extract_prediction
 from easyvideor1.evaluation.aggregate import Aggregate, accuracy
-from easyvideor1.evaluation.results import ResultRow
+from easyvideor1.evaluation.bootstrap import Estimand
+from easyvideor1.evaluation.results import ResultRow, video_key
 from easyvideor1.records import RewardResult, Sample
 
 IMAGE_AFTER_VIDEO_HINT = "The image for this question is at the end of the video."
@@ -88,6 +89,9 @@ class Benchmark:
     select: Callable[[Sample], bool] | None = None
     """Keeps only the prepared samples it returns True for (a benchmark variant over part of a
     file, e.g. Video-MMMU's question-only Adaptation questions); None keeps all."""
+    estimands: Callable[[list[ResultRow]], dict[str, Estimand]] | None = None
+    """For the confidence intervals: the scores that are not the plain mean of the rows they
+    cover, as `Estimand`s, keyed "overall" or "<breakdown>=<label>" (intervals.py); None: all are."""
     official_score: Callable[[str, Sample], float | None] | None = None
     """The official script's per-sample rule where it differs from the reward scorer's
     accuracy (None for a sample: the scorer's accuracy; otherwise that stays in the row's parts
@@ -144,8 +148,11 @@ class Benchmark:
                           "fix it, `easyvideor1 check-data` lists them all, and re-run")
         for s in samples:  # labels may need the path as the record wrote it (e.g. video/COIN/x.mp4)
             if s.videos and "://" not in s.videos[0]:
-                s.extra.setdefault("video_relpath", Path(os.path.relpath(s.videos[0], root)).as_posix())
+                s.extra.setdefault("video_relpath", _relative(s.videos[0], root))
         prepared = [self.prepare(s, root) for s in samples]
+        for s in prepared:  # the cluster of the report's intervals: the video read (a clip's source)
+            if s.videos and "://" not in s.videos[0]:
+                s.extra.setdefault("video_key", _relative(s.videos[0], root))
         return [s for s in prepared if self.select(s)] if self.select is not None else prepared
 
     def prompt(self, sample: Sample, template_dir: str | os.PathLike | None = None) -> str:
@@ -187,7 +194,7 @@ class Benchmark:
         return ResultRow(id=sample.problem_id, status="ok", score=value,
                          prediction=self.extract(response, sample), answer=sample.answer,
                          response=response, problem_type=sample.problem_type,
-                         parts=parts, labels=labels,
+                         parts=parts, labels=labels, video=video_key(sample),
                          prompt_tokens=prompt_tokens, output_tokens=output_tokens, timing=timing)
 
     def failed_row(self, sample: Sample, reason: str, timing: dict[str, float] | None = None) -> ResultRow:
@@ -209,6 +216,10 @@ def _fail_records(problems: list[Problem], samples: list[Sample], path: Path,
     for p in problems if bad_records is not None else ():
         rid = p.problem_id if p.problem_id and p.problem_id not in taken else f"record-{p.index}"
         bad_records.append(ResultRow(id=rid, status="failed", reason=f"bad record: {p} (in {path}; {advice})"))
+
+
+def _relative(path: str, root: Path) -> str:
+    return Path(os.path.relpath(path, root)).as_posix()
 
 
 def is_sample_schema(path: str | os.PathLike) -> bool:

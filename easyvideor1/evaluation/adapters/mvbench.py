@@ -14,7 +14,7 @@ Quirks of the converted file (EasyVideoR1's `mvbench.json`), handled without edi
 from __future__ import annotations
 
 from easyvideor1.evaluation.adapters.base import Benchmark
-from easyvideor1.evaluation.aggregate import Aggregate, macro_over
+from easyvideor1.evaluation.aggregate import Aggregate, macro_estimands, macro_over
 from easyvideor1.evaluation.results import ResultRow
 from easyvideor1.records import Sample
 
@@ -53,4 +53,5 @@ MVBENCH = Benchmark(
     name="mvbench", title="MVBench", files=("mvbench.json",),
     source="converted file from github.com/cyuQ1n/EasyVideoR1; metric as OpenGVLab/Ask-Anything "
            "MVBench (mean of task accuracies)",
-    breakdowns=("task",), labels=mvbench_labels, summarize=mvbench_summary)
+    breakdowns=("task",), labels=mvbench_labels, summarize=mvbench_summary,
+    estimands=macro_estimands("task"))

@@ -46,7 +46,15 @@ from pathlib import Path
 from easyvideor1.data.loading import DataError
 from easyvideor1.evaluation.adapters.base import Benchmark
 from easyvideor1.evaluation.adapters.clips import video_index
-from easyvideor1.evaluation.aggregate import Aggregate, accuracy, by_label, by_labels, macro
+from easyvideor1.evaluation.aggregate import (
+    Aggregate,
+    accuracy,
+    by_label,
+    by_labels,
+    macro_estimands,
+    macro_score,
+    multi_label_estimands,
+)
 from easyvideor1.evaluation.results import ResultRow
 from easyvideor1.records import Sample
 from easyvideor1.rewards.multiple_choice import LETTERS
@@ -204,7 +212,7 @@ def mlvu_summary(name: str, rows: list[ResultRow]) -> Aggregate:
     if not tasks:
         return accuracy(name, rows, ("source",))
     agg = accuracy(name, rows, ("task",))
-    agg.metric, agg.metrics["micro"], agg.overall = "M-Avg (mean of task accuracies)", agg.overall, macro(tasks)
+    agg.metric, agg.metrics["micro"], agg.overall = "M-Avg (mean of task accuracies)", agg.overall, macro_score(tasks)
     return agg
 
 
@@ -230,7 +238,7 @@ LVBENCH = Benchmark(
     source="github.com/THUDM/LVBench video_info.meta.jsonl (question types), or the "
            f"{_CONVERTED} (overall only)",
     breakdowns=("question_type", "video_type"), labels=lvbench_labels, summarize=lvbench_summary,
-    importer=import_lvbench)
+    estimands=multi_label_estimands("question_type", MULTI_SEP), importer=import_lvbench)
 LONGVIDEOBENCH = Benchmark(
     name="longvideobench", title="LongVideoBench", files=("lvb_val.json", "longvideobench.json"),
     source="github.com/longvideobench/LongVideoBench lvb_val.json (duration groups, question "
@@ -246,9 +254,11 @@ MLVU = Benchmark(
     name="mlvu", title="MLVU (test)", files=("mlvu.json", "mlvu-test.json"),
     source=f"{_CONVERTED} (video source groups; the task is dropped), or MLVU task files passed as "
            "the annotation file",
-    breakdowns=("task", "source"), labels=mlvu_labels, summarize=mlvu_summary, importer=import_mlvu)
+    breakdowns=("task", "source"), labels=mlvu_labels, summarize=mlvu_summary,
+    estimands=macro_estimands("task"), importer=import_mlvu)
 MLVU_DEV = Benchmark(
     name="mlvu-dev", title="MLVU (dev)", files=("json/1_plotQA.json", "1_plotQA.json", "mlvu-dev.json"),
     source="github.com/JUNJIE99/MLVU json/<n>_<task>.json (M-Avg over tasks), or the "
            f"{_CONVERTED} (video source groups)",
-    breakdowns=("task", "source"), labels=mlvu_labels, summarize=mlvu_summary, importer=import_mlvu)
+    breakdowns=("task", "source"), labels=mlvu_labels, summarize=mlvu_summary,
+    estimands=macro_estimands("task"), importer=import_mlvu)

@@ -42,8 +42,10 @@ from easyvideor1.evaluation.aggregate import (
     CategoryScore,
     by_label,
     failed_count,
+    label_means,
     mean,
 )
+from easyvideor1.evaluation.bootstrap import Estimand, macro
 from easyvideor1.evaluation.results import ResultRow
 from easyvideor1.records import Sample
 from easyvideor1.rewards.format import answer_text
@@ -134,8 +136,17 @@ def ovo_summary(name: str, rows: list[ResultRow]) -> Aggregate:
                      categories={"mode": modes, "task": tasks})
 
 
+def ovo_estimands(rows: list[ResultRow]) -> dict[str, Estimand]:
+    """Mode = mean of its task means; overall = mean of the modes (as `ovo_summary`)."""
+    tasks = label_means(rows, "task")
+    modes = {mode: macro({t: tasks[t] for t in names if t in tasks}) for mode, names in MODES.items()
+             if any(t in tasks for t in names)}
+    return {"overall": macro(modes), **{f"mode={m}": e for m, e in modes.items()}}
+
+
 OVOBENCH = Benchmark(
     name="ovobench", title="OVO-Bench", files=("ovobench.json",),
     source="converted file from github.com/cyuQ1n/EasyVideoR1; scoring as JoeLeelyf/OVO-Bench",
     breakdowns=("mode", "task"), labels=ovo_labels, prepare=ovo_prepare, summarize=ovo_summary,
+    estimands=ovo_estimands,
     official_score=ovo_score)

@@ -55,7 +55,7 @@ from typing import Any
 from easyvideor1.data.loading import DataError, LoadResult, Problem, make_id_unique, read_records
 from easyvideor1.evaluation.adapters.base import Benchmark
 from easyvideor1.evaluation.adapters.official import MULTI_SEP, _video
-from easyvideor1.evaluation.aggregate import Aggregate, accuracy, by_labels, mean
+from easyvideor1.evaluation.aggregate import Aggregate, accuracy, by_labels, mean, multi_label_estimands
 from easyvideor1.evaluation.results import ResultRow
 from easyvideor1.records import Sample
 from easyvideor1.rewards.multiple_choice import LETTERS
@@ -229,7 +229,8 @@ MINERVA = Benchmark(
     name="minerva", title="MINERVA", files=("minerva.json",),
     source="github.com/google-deepmind/neptune minerva.json (question types, skills, split, category; "
            f"the release and the converted file share the name), or the {_CONVERTED} (overall only)",
-    breakdowns=MINERVA_LABELS, labels=minerva_labels, summarize=minerva_summary, importer=import_minerva)
+    breakdowns=MINERVA_LABELS, labels=minerva_labels, summarize=minerva_summary,
+    estimands=multi_label_estimands("skill", MULTI_SEP), importer=import_minerva)
 LONGVIDEOREASON = Benchmark(
     name="longvideoreason", title="LongVideo-Reason",
     files=("longvideo-reason/test.jsonl", "longvideoreason.json"),

@@ -14,7 +14,8 @@ over the MCQ records.
 from __future__ import annotations
 
 from easyvideor1.evaluation.adapters.base import Benchmark
-from easyvideor1.evaluation.aggregate import Aggregate, by_label, failed_count, mean
+from easyvideor1.evaluation.aggregate import Aggregate, by_label, failed_count, label_means, mean, row_mean
+from easyvideor1.evaluation.bootstrap import Estimand
 from easyvideor1.evaluation.results import ResultRow
 from easyvideor1.records import Sample
 
@@ -29,9 +30,14 @@ def videomathqa_labels(sample: Sample) -> dict[str, str]:
     return labels
 
 
+def mcq_rows(rows: list[ResultRow]) -> list[ResultRow]:
+    """The five-option records (the headline's and the tables' rows)."""
+    return [r for r in rows if r.labels.get("format") == "mcq"]
+
+
 def videomathqa_summary(name: str, rows: list[ResultRow]) -> Aggregate:
     """MCQ accuracy headline; MBin = share of questions with every binary variant right."""
-    mcq = [r for r in rows if r.labels.get("format") == "mcq"]
+    mcq = mcq_rows(rows)
     groups: dict[str, list[ResultRow]] = {}
     for r in rows:
         if r.labels.get("format") == "mbin":
@@ -43,7 +49,15 @@ def videomathqa_summary(name: str, rows: list[ResultRow]) -> Aggregate:
                      categories={"category": by_label(mcq, "category"), "length": by_label(mcq, "length")})
 
 
+def videomathqa_estimands(rows: list[ResultRow]) -> dict[str, Estimand]:
+    """The headline and the tables are over the MCQ records only."""
+    mcq = mcq_rows(rows)
+    cells = {f"{key}={k}": e for key in ("category", "length") for k, e in label_means(mcq, key).items()}
+    return {"overall": row_mean(mcq), **cells}
+
+
 VIDEOMATHQA = Benchmark(
     name="videomathqa", title="VideoMathQA", files=("videomathqa.jsonl",),
     source="converted file from github.com/cyuQ1n/EasyVideoR1; metrics as mbzuai-oryx/VideoMathQA",
-    breakdowns=("category", "length"), labels=videomathqa_labels, summarize=videomathqa_summary)
+    breakdowns=("category", "length"), labels=videomathqa_labels, summarize=videomathqa_summary,
+    estimands=videomathqa_estimands)

@@ -30,9 +30,11 @@ from easyvideor1.evaluation.adapters.base import Benchmark
 from easyvideor1.evaluation.aggregate import (
     Aggregate,
     CategoryScore,
+    cluster_of,
     failed_count,
     mean,
 )
+from easyvideor1.evaluation.bootstrap import Estimand, unit_mean
 from easyvideor1.evaluation.results import ResultRow
 from easyvideor1.records import Sample
 
@@ -110,20 +112,26 @@ def videomme_v2_labels(sample: Sample) -> dict[str, str]:
     return {k: str(sample.extra[k]) for k in keys if sample.extra.get(k) not in (None, "")}
 
 
-def videomme_v2_summary(name: str, rows: list[ResultRow]) -> Aggregate:
-    """Non-Lin score (mean group score); per level, group type and heads."""
+def group_scores(rows: list[ResultRow]) -> list[tuple[str, ResultRow, float]]:
+    """(group id, a member row, the group's score) per group, in first-seen order."""
     groups: dict[str, dict[int, ResultRow]] = {}
     for r in rows:
         groups.setdefault(r.labels.get("group", r.id), {})[int(r.labels.get("position", 0))] = r
-    scored: list[tuple[dict[str, str], float]] = []
-    for members in groups.values():
+    scored = []
+    for group, members in groups.items():
         correct = [members[p].score == 1.0 if p in members else False for p in range(GROUP_SIZE)]
-        info = next(iter(members.values())).labels
-        if info.get("group_type") == "logic":
-            value = logic_score(correct, info.get("group_structure", "[1, 2, 3, 4]"))
+        first = next(iter(members.values()))
+        if first.labels.get("group_type") == "logic":
+            value = logic_score(correct, first.labels.get("group_structure", "[1, 2, 3, 4]"))
         else:
             value = relevance_score(correct)
-        scored.append((info, value))
+        scored.append((group, first, value))
+    return scored
+
+
+def videomme_v2_summary(name: str, rows: list[ResultRow]) -> Aggregate:
+    """Non-Lin score (mean group score); per level, group type and heads."""
+    scored = [(first.labels, value) for _, first, value in group_scores(rows)]
 
     def table(key: str) -> dict[str, CategoryScore]:
         out: dict[str, list[float]] = {}
@@ -142,9 +150,24 @@ def videomme_v2_summary(name: str, rows: list[ResultRow]) -> Aggregate:
                                                   "third_head": table("third_head")})
 
 
+def videomme_v2_estimands(rows: list[ResultRow]) -> dict[str, Estimand]:
+    """Units are the groups (scored as a whole), clustered by their video; so are the tables'."""
+    scored = group_scores(rows)
+
+    def groups_mean(picked: list[tuple[str, ResultRow, float]]) -> Estimand:
+        return unit_mean([f"group:{g}" for g, _, _ in picked], [v for _, _, v in picked],
+                         [cluster_of(first) for _, first, _ in picked])
+
+    cells = {}
+    for key in ("level", "second_head", "third_head"):
+        for value in sorted({first.labels[key] for _, first, _ in scored if first.labels.get(key)}):
+            cells[f"{key}={value}"] = groups_mean([s for s in scored if s[1].labels.get(key) == value])
+    return {"overall": groups_mean(scored), **cells}
+
+
 VIDEOMME_V2 = Benchmark(
     name="videomme_v2", title="Video-MME-v2", files=("videomme_v2.json", "videomme_v2.jsonl", "test.parquet"),
     source="huggingface.co/datasets/MME-Benchmarks/Video-MME-v2 test.parquet; scoring as "
            "github.com/MME-Benchmarks/Video-MME-v2 evaluation/test_video_mme_v2.py",
     breakdowns=("level", "second_head", "third_head"), labels=videomme_v2_labels,
-    summarize=videomme_v2_summary, importer=import_videomme_v2)
+    summarize=videomme_v2_summary, estimands=videomme_v2_estimands, importer=import_videomme_v2)

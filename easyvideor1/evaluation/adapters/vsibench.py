@@ -14,7 +14,8 @@ The converted file keeps the type in `original_question_type` and mixes `multipl
 from __future__ import annotations
 
 from easyvideor1.evaluation.adapters.base import Benchmark, extra_label
-from easyvideor1.evaluation.aggregate import Aggregate, by_label, failed_count, mean
+from easyvideor1.evaluation.aggregate import Aggregate, by_label, failed_count, label_means, mean
+from easyvideor1.evaluation.bootstrap import Estimand, macro
 from easyvideor1.evaluation.results import ResultRow
 
 DIRECTION_LEVELS = ("object_rel_direction_easy", "object_rel_direction_medium", "object_rel_direction_hard")
@@ -36,9 +37,17 @@ def vsibench_summary(name: str, rows: list[ResultRow]) -> Aggregate:
                      metrics=metrics, categories={"question_type": per_type})
 
 
+def vsibench_estimands(rows: list[ResultRow]) -> dict[str, Estimand]:
+    """Overall = mean of the type means, the three direction levels first averaged into one."""
+    types = label_means(rows, "question_type")
+    if all(level in types for level in DIRECTION_LEVELS):
+        types["object_rel_direction"] = macro({level: types.pop(level) for level in DIRECTION_LEVELS})
+    return {"overall": macro(types)}
+
+
 VSIBENCH = Benchmark(
     name="vsibench", title="VSI-Bench", files=("vsibench.json",),
     source="converted file from github.com/cyuQ1n/EasyVideoR1; combination as "
            "vision-x-nyu/thinking-in-space",
     breakdowns=("question_type",), labels=extra_label("original_question_type", "question_type"),
-    summarize=vsibench_summary)
+    summarize=vsibench_summary, estimands=vsibench_estimands)
