@@ -29,11 +29,13 @@ from vision_media import moving_bar  # noqa: E402
 def small_fs(tmp_path):
     """(mount point, fill(leave_bytes), free()) on a 2 MiB tmpfs."""
     if os.geteuid() != 0:
-        pytest.skip("mounting a small tmpfs needs root")
+        pytest.skip(f"needs root to mount a 2 MiB tmpfs (uid {os.geteuid()}): the disk-full checks did not run")
     mnt = tmp_path / "fs"
     mnt.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mnt)], capture_output=True).returncode:
-        pytest.skip("cannot mount a tmpfs here")
+    mount = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mnt)], capture_output=True, text=True)
+    if mount.returncode:  # e.g. a container without CAP_SYS_ADMIN
+        why = (mount.stderr.strip() or f"exit status {mount.returncode}").splitlines()[0].rstrip(".")
+        pytest.skip(f"cannot mount a 2 MiB tmpfs ({why}): needs CAP_SYS_ADMIN; the disk-full checks did not run")
     filler = mnt / "filler"
 
     def fill(leave: int) -> None:

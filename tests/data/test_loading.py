@@ -6,10 +6,10 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from benchmark_annotations import ROOT as ANNOTATIONS
+from benchmark_annotations import needs_annotations
 
 from easyvideor1.data.loading import DataError, load_records, load_samples
-
-ANNOTATIONS = Path(__file__).resolve().parents[3] / "shared" / "benchmark-annotations"
 
 GOOD = [
     {"problem_id": "a", "problem": "What colour?", "answer": "B", "problem_type": "multiple choice",
@@ -97,7 +97,7 @@ def test_missing_file_and_unknown_suffix(tmp_path):
         load_samples(tmp_path / "x.csv")
 
 
-@pytest.mark.skipif(not ANNOTATIONS.is_dir(), reason="shared/benchmark-annotations absent")
+@needs_annotations
 @pytest.mark.parametrize("path", sorted(ANNOTATIONS.glob("*.json*")) if ANNOTATIONS.is_dir() else [],
                          ids=lambda p: p.name)
 def test_real_benchmark_files_load_every_record(path):
@@ -110,7 +110,7 @@ def test_real_benchmark_files_load_every_record(path):
     for r, s in zip(raw, result.samples):
         assert s.answer == str(r.get("solution", r.get("answer")))
         assert s.problem_type == r["problem_type"]
-        assert s.videos == [str(Path("/bench") / Path(r["path"]))] if "path" in r else True
+        assert s.videos == [str(Path("/bench") / r["path"])]  # every benchmark record names its video
         if r.get("image_path"):
             assert s.images[-1].endswith(Path(r["image_path"]).name)
         if "start" in r:

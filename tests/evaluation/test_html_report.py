@@ -43,9 +43,10 @@ def test_html_report_renders_with_frames_in_chromium(tmp_path):
     bench = get_benchmark(str(data))
     samples = bench.load()
     with ResultStore.open(out, bench.name, settings) as store:
-        for i, s in enumerate(samples[:-1]):
+        # the failed row first, so it is one of the two wrong rows the page shows
+        store.append(bench.failed_row(samples[0], "generation failed: <timeout> & more"))
+        for i, s in enumerate(samples[1:]):
             store.append(bench.result_row(s, s.offline_output if i % 2 == 0 else "<answer>Z</answer>"))
-        store.append(bench.failed_row(samples[-1], "generation failed: <timeout> & more"))
     write_run_info(out, None, {bench.name: str(data)}, None, "realtime")
     paths = write_report(out, make_source=FrameSource)
     page = out / "report.html"
@@ -54,7 +55,8 @@ def test_html_report_renders_with_frames_in_chromium(tmp_path):
     text = page.read_text()
     shown = re.findall(r'<div class="sample (right|wrong)"><b>([^<]+)</b>', text)
     assert [k for k, _ in shown] == ["right", "right", "wrong", "wrong"]  # two of each, right first
-    assert "&lt;timeout&gt; &amp; more" in text or all(i != samples[-1].problem_id for _, i in shown)
+    assert shown[2][1] == samples[0].problem_id  # the failed row is shown, its reason escaped
+    assert "failed: generation failed: &lt;timeout&gt; &amp; more" in text and "<timeout>" not in text
     thumbs = re.findall(r'<img src="([^"]+)"', text)
     expected = 0
     for _, sid in shown:

@@ -13,19 +13,16 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
+from benchmark_annotations import ROOT, needs_annotations
 
 from easyvideor1.data.loading import DataError
 from easyvideor1.evaluation.adapters import BENCHMARKS
 from easyvideor1.evaluation.results import ResultRow
 from easyvideor1.records import Sample
 
-ROOT = Path(os.environ.get("EASYVIDEOR1_BENCHMARK_ANNOTATIONS",
-                           Path(__file__).resolve().parents[3] / "shared" / "benchmark-annotations"))
-real_files = pytest.mark.skipif(not ROOT.is_dir(), reason=f"{ROOT} (real annotation files) is absent")
 Q = 0.25  # one right of four
 
 
@@ -128,7 +125,7 @@ def _check(agg, overall, metrics, categories, count, failed):
             assert got[name][label][0] == pytest.approx(score) and got[name][label][1:] == (n, bad), (name, label)
 
 
-@real_files
+@needs_annotations
 @pytest.mark.parametrize("name, file", list(EXPECTED))
 def test_hand_made_predictions_on_real_files(name, file):
     bench = BENCHMARKS[name]
@@ -141,7 +138,7 @@ def test_hand_made_predictions_on_real_files(name, file):
     assert not release_note or (len(agg.notes) == 1 and "overall only" in agg.notes[0] and release_note in agg.notes[0])
 
 
-@real_files
+@needs_annotations
 def test_ovobench_forward_points_by_the_official_rule():
     bench = BENCHMARKS["ovobench"]
     by_id = {s.problem_id: s for s in bench.load(ROOT, annotation_file=ROOT / "ovobench.json")}
@@ -279,7 +276,7 @@ def test_mlvu_official_tasks_m_avg(tmp_path):
            {"task": {"plotQA": (0.5, 2, 0), "count": (1 / 3, 3, 1)}}, count=5, failed=1)
 
 
-@real_files
+@needs_annotations
 def test_videommmu_delta_knowledge_from_the_question_only_pass(tmp_path):
     from easyvideor1.evaluation import presets
     from easyvideor1.evaluation.report import summarize_run

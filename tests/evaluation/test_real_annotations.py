@@ -6,16 +6,14 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
 
 import pytest
+from benchmark_annotations import ROOT, needs_annotations
 
 from easyvideor1.data.loading import read_records
 from easyvideor1.evaluation.adapters import BENCHMARKS
 from easyvideor1.rewards.multiple_choice import option_map
 
-ROOT = Path(os.environ.get("EASYVIDEOR1_BENCHMARK_ANNOTATIONS",
-                           Path(__file__).resolve().parents[3] / "shared" / "benchmark-annotations"))
 # (benchmark, a real file it reads); mlvu-test.json / mmvu-mc.json are copies of mlvu.json / mmvu.json
 FILES = [*{
     "videomme": "videomme.json", "mvbench": "mvbench.json", "motionbench": "motionbench.json",
@@ -27,7 +25,7 @@ FILES = [*{
     "vsibench": "vsibench.json", "charades_sta": "charades_sta.json", "stvg": "stvg.json",
     "ovobench": "ovobench.json", "livesports3k_qa": "livesports3k_qa.json",
 }.items(), ("videommmu", "videommmu.json")]  # fmt: skip
-pytestmark = pytest.mark.skipif(not ROOT.is_dir(), reason=f"{ROOT} (real annotation files) is absent")
+pytestmark = needs_annotations
 
 
 def wrong_response(sample) -> str:

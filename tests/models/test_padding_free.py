@@ -71,12 +71,11 @@ def _packable(tiny) -> None:
     pytest.skip(f"{tiny.family.name} does not pack: {blocked}")
 
 
+@pytest.mark.parametrize("tiny", ["qwen3_5"], indirect=True)  # only Qwen3.5 has linear-attention layers
 def test_qwen3_5_cannot_pack(tiny):
     """The one family that cannot: the blocker names the recurrent layers; packing is refused
     by the collate and by the log-prob pass rather than computed wrong."""
-    if tiny.family.name != "qwen3_5":
-        pytest.skip("only Qwen3.5 has linear-attention layers")
-    assert not tiny.family.padding_free
+    assert tiny.family.name == "qwen3_5" and not tiny.family.padding_free
     assert "linear-attention" in packing_blocker(tiny.model.config)
     batch = _batch(tiny)
     for shared in (False, True):

@@ -39,7 +39,8 @@ def test_loads_offline_with_matching_ids(name, tiny_dirs):
     assert processor.image_processor.patch_size == family.patch_size
     # vLLM's CPU attention supports head sizes >= 32 only.
     text = cfg.text_config
-    assert getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads >= 32
+    head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
+    assert head_dim >= 32, head_dim
 
 
 @pytest.mark.parametrize("name", list(MODEL_FAMILIES))

@@ -6,10 +6,9 @@ an evaluation adapter must map them; every other record goes through unchanged.
 """
 
 import json
-import os
-from pathlib import Path
 
 import pytest
+from benchmark_annotations import ROOT, needs_annotations
 
 from easyvideor1.data.loading import load_samples
 from easyvideor1.rewards import canonical_type, score
@@ -17,11 +16,7 @@ from easyvideor1.rewards.multiple_choice import extract_letter, option_map
 from easyvideor1.rewards.spatiotemporal_grounding import read_tube
 from easyvideor1.rewards.temporal_grounding import read_interval
 
-# ../shared/benchmark-annotations beside the repository (as tests/evaluation/test_real_annotations.py
-# finds it); skipped when absent.
-ROOT = Path(os.environ.get("EASYVIDEOR1_BENCHMARK_ANNOTATIONS",
-                           Path(__file__).resolve().parents[3] / "shared" / "benchmark-annotations"))
-FILES = sorted(p.name for p in ROOT.glob("*.json*")) if ROOT.exists() else []
+FILES = sorted(p.name for p in ROOT.glob("*.json*")) if ROOT.is_dir() else []
 OVO_TASKS = {"CRR": "boolean", "SSR": "boolean", "REC": "numerical"}
 
 
@@ -53,7 +48,7 @@ def wrong_answer(sample):
     return "<answer>zqx unrelated</answer>"
 
 
-@pytest.mark.skipif(not FILES, reason="benchmark annotations not present")
+@needs_annotations
 @pytest.mark.parametrize("name", FILES)
 def test_ground_truth_scores_one_and_wrong_answers_do_not(name):
     count = 0
@@ -71,7 +66,7 @@ def test_ground_truth_scores_one_and_wrong_answers_do_not(name):
     assert count > 0
 
 
-@pytest.mark.skipif(not FILES, reason="benchmark annotations not present")
+@needs_annotations
 def test_perfectly_formatted_ground_truth_scores_overall_one():
     for name in (
         "mvbench.json",

@@ -1,7 +1,7 @@
 """LLM judge: verdict parsing on recorded texts, and the HTTP client against a real local
 OpenAI-compatible server (stdlib, started here) that can hold requests and fail on demand.
-
-A test against `vllm serve` with a tiny model belongs here once the tiny models exist.
+No test starts `vllm serve` itself: the client's contract is the OpenAI chat-completions API,
+which this server speaks.
 """
 
 import json

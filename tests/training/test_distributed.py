@@ -1,6 +1,8 @@
 """torchrun + FSDP2 on 2 CPU processes (gloo): a rank whose micro-batch has no vision input
 trains without hanging, and the parameters after 2 steps equal those of the same run in 1
-process. Real subprocesses, a real tiny model, real videos."""
+process, as do each step's policy loss and gradient norm (AdamW with clipping would end at the
+same weights with a gradient off by the world size; those two metrics would not). Real
+subprocesses, a real tiny model, real videos."""
 
 import json
 import os
@@ -90,6 +92,24 @@ def _weights(out):
     return load_file(str(out / "hf_model" / "model.safetensors"))
 
 
+# What a uniform gradient-scale error (FSDP2 summing instead of averaging, a loss normaliser
+# off by the world size) changes while the weights after AdamW + clipping stay put.
+UPDATE_KEYS = ("actor/pg_loss", "update/grad_norm")
+
+
+def same_steps(a, b, keys, steps):
+    """The runs in folders `a` and `b` logged `steps` steps with equal `keys` at each (rtol 1e-4,
+    atol 1e-5); returns both metrics lists."""
+    ma = [json.loads(l) for l in (a / "metrics.jsonl").read_text().splitlines()]
+    mb = [json.loads(l) for l in (b / "metrics.jsonl").read_text().splitlines()]
+    assert len(ma) == len(mb) == steps
+    for step, (ra, rb) in enumerate(zip(ma, mb), 1):
+        for key in keys:
+            assert abs(ra[key] - rb[key]) <= 1e-5 + 1e-4 * abs(ra[key]), (step, key, ra[key], rb[key])
+    assert all(r["update/grad_norm"] > 1e-3 for r in ma)  # a gradient to compare: the check has teeth
+    return ma, mb
+
+
 def test_fsdp_two_processes_equal_one_process(setup):
     root, model, data = setup
     one = root / "one"
@@ -117,8 +137,7 @@ def test_fsdp_two_processes_equal_one_process(setup):
             moved += 1
     assert moved > len(w1) // 2  # training changed most tensors, vision tower included
     assert any("visual" in n and not torch.equal(w0[n], w2[n]) for n in w2 if n in w0)
-    m1 = [json.loads(l) for l in (one / "metrics.jsonl").read_text().splitlines()]
-    m2 = [json.loads(l) for l in (two / "metrics.jsonl").read_text().splitlines()]
+    m1, m2 = same_steps(one, two, UPDATE_KEYS, 2)
     assert [round(r["reward/all"], 6) for r in m1] == [round(r["reward/all"], 6) for r in m2]
     # engine vs trainer log-probs: equal up to the banned vision pad tokens' mass (random model)
     gaps = [v for r in m1 + m2 for k, v in r.items() if k.startswith("parity/max_gap/")]
@@ -143,7 +162,6 @@ def test_reinforce_plus_plus_two_processes_equal_one_process(setup):
     assert set(w1) == set(w2)
     for name in w1:
         assert torch.allclose(w1[name], w2[name], rtol=1e-4, atol=1e-5), name
-    m1 = [json.loads(l) for l in (outs["one"] / "metrics.jsonl").read_text().splitlines()]
-    m2 = [json.loads(l) for l in (outs["two"] / "metrics.jsonl").read_text().splitlines()]
+    m1, m2 = same_steps(outs["one"], outs["two"], UPDATE_KEYS, 2)
     assert [round(r["reward/all"], 6) for r in m1] == [round(r["reward/all"], 6) for r in m2]
     assert all(r["advantage/abs_max"] > 0 for r in m1)

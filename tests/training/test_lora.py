@@ -5,7 +5,6 @@ uninterrupted run; after training the HF engine, the vLLM engine (merged-weight 
 exported merged model agree; the PEFT adapter folder loads with peft. Real tiny models, real
 videos, real subprocesses."""
 
-import json
 import os
 import shutil
 import signal
@@ -17,7 +16,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from test_distributed import TIMEOUT_S, _env, setup, write_config  # noqa: F401 (setup: the shared fixture)
+from test_distributed import TIMEOUT_S, UPDATE_KEYS, _env, same_steps, setup, write_config  # noqa: F401 (fixture)
 
 from easyvideor1.config import load_config
 from easyvideor1.data.synth import write_suite
@@ -133,8 +132,7 @@ def test_two_processes_equal_one_process(setup, one_process):  # noqa: F811
     assert all(n.endswith("proj.weight") and "visual" not in n for n in changed - {"lm_head.weight"})
     saved = load_file(str(one / "checkpoints" / "step-000002" / "model.safetensors"))
     assert saved and all(".lora_" in k or k == "lm_head.modules_to_save.default.weight" for k in saved)
-    m1 = [json.loads(l) for l in (one / "metrics.jsonl").read_text().splitlines()]
-    m2 = [json.loads(l) for l in (two / "metrics.jsonl").read_text().splitlines()]
+    m1, m2 = same_steps(one, two, (*UPDATE_KEYS, "actor/kl_loss"), 2)  # grad norm: the adapters' and head's
     assert [round(r["reward/all"], 6) for r in m1] == [round(r["reward/all"], 6) for r in m2]
     # the reference pass is the base model: KL(policy || ref) 0 at step 1 (B = 0), > 0 once trained
     kl = [r[k] for r in m1 for k in r if k.startswith("actor/kl") and "coef" not in k]

@@ -60,14 +60,8 @@ def test_report_dedupe_and_rerun(media_dir, broken_videos, tmp_path):
 
 
 def _cache_command(*args: str) -> list[str]:
-    """The `cache` subcommand through the real CLI when it is registered there, else via `register`."""
-    from easyvideor1 import cli
-
-    if "easyvideor1.vision.commands" in cli.COMMAND_MODULES:
-        return [sys.executable, "-m", "easyvideor1.cli", "cache", *args]
-    code = ("import argparse, sys; from easyvideor1.vision import commands; p = argparse.ArgumentParser(); "
-            "commands.register(p.add_subparsers()); a = p.parse_args(sys.argv[1:]); sys.exit(a.func(a))")
-    return [sys.executable, "-c", code, "cache", *args]
+    """The `cache` subcommand through the real CLI."""
+    return [sys.executable, "-m", "easyvideor1.cli", "cache", *args]
 
 
 TIMEOUT_S = 600  # ends a hang; the cache commands here take seconds, even on 2 busy cores

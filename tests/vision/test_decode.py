@@ -21,8 +21,10 @@ try:  # torchcodec is optional (the `decode` extra; absent on the GPU machine's 
     import torchcodec  # noqa: F401
 
     BACKENDS = ("torchcodec", "pyav")
-except ImportError:  # PyAV alone: its checks still run, the agreement checks have one side
+    NO_TORCHCODEC = ""
+except ImportError as e:  # PyAV alone: its checks still run; the agreement test then reports a skip
     BACKENDS = ("pyav",)
+    NO_TORCHCODEC = f"torchcodec cannot be imported ({(str(e) or type(e).__name__).splitlines()[0]})"
 
 
 def _all_frames_pyav(path) -> torch.Tensor:
@@ -51,6 +53,8 @@ def test_backends_agree_and_pick_the_sampled_frames(media_dir, spec):
     assert first.pixels.dtype == torch.uint8 and first.pixels.shape[2] % 28 == 0 and first.pixels.shape[3] % 28 == 0
     hf = meta.to_hf()
     assert hf["frames_indices"] == indices and hf["total_num_frames"] == spec.frames
+    if NO_TORCHCODEC:  # PyAV passed the checks above; the agreement half had nothing to compare
+        pytest.skip(f"{NO_TORCHCODEC}: PyAV checked alone, backend agreement not checked")
 
 
 def test_segment_and_seeking(media_dir):
@@ -96,8 +100,13 @@ def test_images(media_dir, broken_images):
     assert jpg.pixels.shape == rgb.pixels.shape
     assert (jpg.pixels.int() - rgb.pixels.int()).abs().float().mean() < 4  # same picture, lossy
     alpha = decode_image(media_dir / "alpha.png", cfg)
-    # half-transparent over white: every channel lies between the picture and 255
-    assert (alpha.pixels.int() >= rgb.pixels.int() - 2).all()
+    # alpha 128 over white: (picture * 128 + 255 * 127) / 255, here after the same resize (which
+    # commutes with this blend up to rounding: measured within 1). Dropping the alpha channel
+    # (PIL's convert("RGB")) gives the picture itself, up to 127 away where it is dark.
+    over_white = (rgb.pixels.int() * 128 + 255 * 127 + 127) // 255
+    assert alpha.pixels.shape == rgb.pixels.shape
+    assert (alpha.pixels.int() - over_white).abs().max() <= 2
+    assert (over_white - rgb.pixels.int()).abs().max() > 100  # the picture has dark parts: the check has teeth
     for name, reason in broken_images.items():
         with pytest.raises(ImageDecodeError, match=name) as err:
             decode_image(media_dir / name, cfg)
