@@ -1,5 +1,6 @@
-"""`models.packing.packed_attention`: its two ways of running a packed row (one call per block,
-short blocks batched in one call) give each block's own attention, values and gradients."""
+"""`models.packing.packed_attention`: its ways of running a packed row (one call per piece, short
+causal pieces batched in one call, responses of one length in one call) give each block's own
+attention, values and gradients, with no mask tensor."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from easyvideor1.models import packing as pk
-from easyvideor1.models.packing import Packing, block_mask, packed_attention
+from easyvideor1.models.packing import Packing, PaddedRows, packed_attention
 
 
 def _row(sizes, shared_blocks=(), seed=0, heads=4, kv_heads=2, dim=8):
@@ -32,6 +33,14 @@ def _row(sizes, shared_blocks=(), seed=0, heads=4, kv_heads=2, dim=8):
     return q, k, v, packing
 
 
+def block_mask(segment: torch.Tensor) -> torch.Tensor:
+    """[n, n] bool (True: attend) of one group-shared block: causal; a response sees the prompt
+    (segment 0) and itself. The reference only: the code under test builds no mask."""
+    n = segment.shape[0]
+    q, k = segment[:, None], segment[None, :]
+    return torch.ones(n, n, dtype=torch.bool).tril() & ((k == 0) | (k == q))
+
+
 def _reference(q, k, v, packing):
     """Each block alone, with its explicit [n, n] mask, GQA by repeating key/value heads."""
     rep = q.shape[1] // k.shape[1]
@@ -46,13 +55,14 @@ def _reference(q, k, v, packing):
 
 @pytest.mark.parametrize("sizes, shared, batched", [
     ((9, 7, 8, 1), (), True),  # similar short blocks and a dummy: one batched call
-    ((9, 7, 8, 1), (0, 2), True),  # group-shared blocks among plain ones
-    ((40, 3, 5), (0,), False),  # unequal: one call per block
+    ((12, 5, 14, 5), (0, 2), True),  # group-shared blocks among plain ones: prompts batched
+    ((40, 3, 5), (0,), False),  # unequal: one call per piece
     ((12,), (0,), False),  # one block
+    ((15, 5), (0,), True),  # two responses of one length: one call
 ])
 def test_packed_attention_equals_each_block_alone(sizes, shared, batched):
     q, k, v, packing = _row(sizes, shared)
-    n = [e - s for s, e in packing.blocks]
+    n = [size for size, prompt in packing.pieces if prompt is None]
     assert (len(n) > 1 and len(n) * max(n) ** 2 <= pk.BATCHED_WASTE * sum(x * x for x in n)) == batched
     out, _ = packed_attention(None, q, k, v, None, packing=packing)
     ref = _reference(q, k, v, packing)
@@ -66,13 +76,30 @@ def test_packed_attention_equals_each_block_alone(sizes, shared, batched):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
 
 
-def test_batched_and_block_by_block_agree_on_the_same_row():
-    """The same row both ways gives the same values."""
-    q, k, v, packing = _row((9, 7, 8, 1), (0, 2))
-    sizes = [e - s for s, e in packing.blocks]
-    batched = pk._batched_blocks(q, k, v, packing, sizes, None)
-    blocks = pk._block_by_block(q, k, v, packing, sizes, None)
-    torch.testing.assert_close(batched, blocks, rtol=0, atol=1e-5)
+def test_pieces_of_a_row():
+    """A shared block is its prompt then its responses (an empty one has none); plain blocks are one piece."""
+    _, _, _, packing = _row((9, 7, 8, 1), (0, 2))
+    assert packing.parts == ((4, 2, 3), (7,), (4, 2, 2), (1,))
+    assert packing.pieces == [(4, None), (2, 0), (3, 0), (7, None), (4, None), (2, 4), (2, 4), (1, None)]
+    with pytest.raises(ValueError, match="must start with its prompt"):
+        Packing((0, 3), torch.tensor([1, 1, 0]), (True,))
+
+
+def test_padded_rows_equal_their_packed_row():
+    """Right-padded group rows (`PaddedRows`): each row's tokens get what the same blocks get in one
+    packed row; padding, after the group, changes no real token."""
+    q, k, v, packing = _row((9, 6), (0, 1))
+    width = 11
+    rows, pads = [], []
+    for s, e in packing.blocks:
+        n = e - s
+        pads.append(lambda x, s=s, e=e: F.pad(x[:, :, s:e], (0, 0, 0, width - e + s), value=0.5))
+        rows.append(Packing((0, n, width), F.pad(packing.segment[s:e], (0, width - n), value=-1), (True, False)))
+    out, _ = packed_attention(None, *(torch.cat([p(x) for p in pads]) for x in (q, k, v)), None,
+                              packing=PaddedRows(tuple(rows)))
+    ref, _ = packed_attention(None, q, k, v, None, packing=packing)
+    torch.testing.assert_close(out[0, :9], ref[0, :9], rtol=0, atol=1e-6)
+    torch.testing.assert_close(out[1, :6], ref[0, 9:], rtol=0, atol=1e-6)
 
 
 def test_a_block_never_sees_its_neighbour():
