@@ -9,10 +9,10 @@ in which the prompt is causal, each response sees the whole prompt and its own e
 never another response, and padding (and the masked dummy vision token) is never seen by a real
 token. No mask says so: the row's `Packing` (or, for right-padded rows, `PaddedRows`) lists its
 pieces and `models.packing.packed_attention` runs the prompt causally and each response over
-[prompt; response] (`models.fused_attention`), so nothing of [L, L] is built. Each response keeps the M-RoPE ids of its unshared sequence (the
-prompt's ids, then max + 1, max + 2, ...; `mrope.extend_positions`), so every response token's
-attention scores, and so its log-prob, are those of the unshared sequence up to float summation
-order. The first token of a response is scored from the prompt's last position, not the
+[prompt; response] (`models.fused_attention`), so nothing of [L, L] is built. Each response
+keeps the M-RoPE ids of its unshared sequence (the prompt's ids, then max + 1, max + 2, ...;
+`mrope.extend_positions`), so every response token's attention scores, and so its log-prob,
+are those of the unshared sequence up to float summation order. The first token of a response is scored from the prompt's last position, not the
 previous response's (`Batch.predict_from`). In the update the prompt's activations receive the
 summed gradient of the group's responses through the same autograd graph.
 
