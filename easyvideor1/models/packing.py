@@ -104,6 +104,14 @@ class PaddedRows:
 
     rows: tuple[Packing, ...]
 
+    @staticmethod
+    def left_padded(attention_mask: torch.Tensor) -> PaddedRows:
+        """Rows of a left-padded batch ([B, L] long, 0 on padding and dummies, all of it before the
+        row's tokens): the padding, then the sequence, as two plain blocks."""
+        width = attention_mask.shape[1]
+        pads = (width - attention_mask.sum(-1)).tolist()
+        return PaddedRows(tuple(Packing((0, p, width) if p else (0, width)) for p in pads))
+
     def to(self, device) -> PaddedRows:
         return PaddedRows(tuple(r.to(device) for r in self.rows))
 
