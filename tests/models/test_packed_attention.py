@@ -8,6 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from easyvideor1.models import fused_attention as fused
 from easyvideor1.models import packing as pk
 from easyvideor1.models.packing import Packing, PaddedRows, packed_attention
 
@@ -114,3 +115,43 @@ def test_a_block_never_sees_its_neighbour():
     assert torch.allclose(out[:, :s], out2[:, :s], atol=1e-6)
     assert torch.allclose(out[:, e:], out2[:, e:], atol=1e-6)
     assert (out[:, s:e] - out2[:, s:e]).abs().max() > 0.1
+
+
+def test_kernel_policy_refuses_math_on_cuda_only(monkeypatch):
+    """`EASYVIDEOR1_FUSED_ATTENTION=1`: CUDA calls run with SDPA's MATH kernel off (a fallback then
+    raises); CPU calls, and any call without the setting, keep every kernel."""
+    monkeypatch.setenv(fused.FUSED_ONLY_ENV, "1")
+    with fused.kernel_policy(torch.device("cuda")):
+        assert not torch.backends.cuda.math_sdp_enabled() and torch.backends.cuda.flash_sdp_enabled()
+    assert torch.backends.cuda.math_sdp_enabled()
+    with fused.kernel_policy(torch.device("cpu")):
+        assert torch.backends.cuda.math_sdp_enabled()
+    monkeypatch.setenv(fused.FUSED_ONLY_ENV, "0")
+    with fused.kernel_policy(torch.device("cuda")):
+        assert torch.backends.cuda.math_sdp_enabled()
+
+
+def _varlen_reference(q, k, v, cu_q, cu_k, max_q, max_k, softmax_scale=None, causal=False):
+    """flash-attn's `flash_attn_varlen_func` contract ([tokens, heads, D], bottom-right causal per
+    sequence), written with SDPA: flash-attn does not install here, so this checks our side of the
+    call (layout, cu_seqlens, each piece's keys, the output order), not flash-attn."""
+    assert causal and cu_q.dtype == cu_k.dtype == torch.int32 and max_q == int((cu_q[1:] - cu_q[:-1]).max())
+    out = []
+    for a, b, c, d in zip(cu_q.tolist(), cu_q[1:].tolist(), cu_k.tolist(), cu_k[1:].tolist()):
+        qs, ks, vs = (x.transpose(0, 1)[None] for x in (q[a:b], k[c:d], v[c:d]))
+        rep = qs.shape[1] // ks.shape[1]
+        mask = torch.ones(b - a, d - c, dtype=torch.bool).tril(d - c - (b - a))
+        out.append(F.scaled_dot_product_attention(qs, ks.repeat_interleave(rep, 1), vs.repeat_interleave(rep, 1),
+                                                  attn_mask=mask, scale=softmax_scale)[0].transpose(0, 1))
+    return torch.cat(out)
+
+
+def test_flash_varlen_path_gets_each_piece_and_its_keys(monkeypatch):
+    """With flash-attn installed (CUDA, half precision) a row is one varlen call: the same values
+    as the SDPA pieces, given flash-attn's documented contract (`_varlen_reference`)."""
+    q, k, v, packing = _row((12, 5, 14, 5), (0, 2))
+    ref, _ = packed_attention(None, q, k, v, None, packing=packing)
+    monkeypatch.setattr(fused, "_flash_varlen", lambda: _varlen_reference)
+    monkeypatch.setattr(fused, "varlen_available", lambda query: True)
+    out, _ = packed_attention(None, q, k, v, None, packing=packing)
+    torch.testing.assert_close(out, ref, rtol=0, atol=1e-5)
