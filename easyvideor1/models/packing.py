@@ -99,8 +99,9 @@ class Packing:
 
 @dataclass(frozen=True)
 class PaddedRows:
-    """Right-padded group-shared rows (`models.shared_prefix` without padding-free rows): each row
-    is a packed row of its own, the group block then (when there is padding) a block of padding."""
+    """Padded rows, each a packed row of its own: right-padded group-shared rows
+    (`models.shared_prefix` without padding-free rows: the group block, then a block of padding),
+    or the HF engine's left-padded prompts at prefill (padding, then the prompt)."""
 
     rows: tuple[Packing, ...]
 
