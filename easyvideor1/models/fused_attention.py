@@ -41,7 +41,7 @@ from torch.nn.attention.bias import causal_lower_right
 FUSED_ONLY_ENV = "EASYVIDEOR1_FUSED_ATTENTION"
 """Environment variable: "1" runs CUDA attention calls with the MATH kernel refused."""
 FUSED_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION]
-HALF = (torch.float16, torch.bfloat16)
+HALF_PRECISION = (torch.float16, torch.bfloat16)
 
 
 @contextmanager
@@ -58,7 +58,7 @@ def _heads(q, k, v):
     """(k, v, enable_gqa) for SDPA: GQA natively, except on CUDA in float32 (module docstring)."""
     if q.shape[1] == k.shape[1]:
         return k, v, False
-    if q.is_cuda and q.dtype not in HALF:
+    if q.is_cuda and q.dtype not in HALF_PRECISION:
         rep = q.shape[1] // k.shape[1]
         return k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1), False
     return k, v, True
@@ -101,7 +101,7 @@ def _flash_varlen():
 
 def varlen_available(query: torch.Tensor) -> bool:
     """flash-attn is installed and takes `query` (CUDA, half precision)."""
-    return query.is_cuda and query.dtype in HALF and _flash_varlen() is not None
+    return query.is_cuda and query.dtype in HALF_PRECISION and _flash_varlen() is not None
 
 
 def varlen(qs, ks, vs, scale) -> list[torch.Tensor]:
