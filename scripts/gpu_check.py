@@ -240,15 +240,15 @@ class UpdateCounter:
         if not torch.is_grad_enabled():
             return
         mask, ids, packing = kwargs.get("attention_mask"), kwargs.get("input_ids"), kwargs.get("packing")
-        if packing is not None:  # a padding-free row: its blocks of one are the masked dummy vision tokens
+        if hasattr(packing, "rows"):  # right-padded group-shared rows: each row's first block is its group
+            self.llm_tokens += sum(row.blocks[0][1] for row in packing.rows)
+            self.sequences += len(packing.rows)
+        elif packing is not None:  # a padding-free row: its blocks of one are the masked dummy vision tokens
             real = [e - s for s, e in packing.blocks if e - s > 1]
             self.llm_tokens += sum(real)
             self.sequences += len(real)
         else:
-            if mask is not None and mask.dim() == 4:  # group-shared rows [B, 1, L, L]: a real token sees its
-                self.llm_tokens += int(mask[:, 0, :, 0].sum())  # row's first token; padding sees only itself
-            else:
-                self.llm_tokens += int(mask.sum()) if mask is not None else int(ids.numel())
+            self.llm_tokens += int(mask.sum()) if mask is not None else int(ids.numel())
             self.sequences += int(ids.shape[0]) if mask is not None else 1
         for key, attr in (("image_grid_thw", "images"), ("video_grid_thw", "videos")):
             grid = kwargs.get(key)
@@ -389,7 +389,8 @@ def child_env(extra_path: list[str]) -> dict:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([*extra_path, str(REPO), *filter(None, [env.get("PYTHONPATH")])])
     env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
-               OMP_WAIT_POLICY="PASSIVE", PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True")
+               OMP_WAIT_POLICY="PASSIVE", PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True",
+               EASYVIDEOR1_FUSED_ATTENTION="1")  # packed attention refuses SDPA's MATH kernel: a fallback raises
     return env
 
 

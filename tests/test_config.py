@@ -75,6 +75,9 @@ def test_shipped_configs_load():
     assert paper.algorithm.disable_kl and paper.rollout.n == 8 and paper.training.lr == 1e-6
     assert (paper.vision.fps, paper.vision.max_frames, paper.vision.video_max_pixels) == (2.0, 128, 262144)
     assert paper.vision.image_max_pixels == 1048576 and paper.rollout.max_tokens == 4096
+    for path in (p for p in configs if p.stem.endswith("_8gpu")):  # start without flash-attn, keep packing on
+        gpu = load_config(str(path))
+        assert gpu.model.attn_implementation == "sdpa" and gpu.training.padding_free and gpu.training.shared_prefix
 
 
 def test_explicit_fields_win_over_a_preset_and_are_named(tmp_path, caplog):

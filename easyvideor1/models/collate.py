@@ -23,7 +23,7 @@ import torch
 from easyvideor1.models.families import Family
 from easyvideor1.models.inputs import ModelInputs, check_placeholders
 from easyvideor1.models.mrope import MRopeSpec
-from easyvideor1.models.packing import Packing
+from easyvideor1.models.packing import Packing, PaddedRows
 
 MODEL_KEYS = (
     "input_ids",
@@ -48,8 +48,8 @@ class Batch:
     input_ids: torch.Tensor
     """[B, L] long (B = 1 when padding-free)."""
     attention_mask: torch.Tensor | None
-    """[B, L] long, 0 on padding and the dummy token; None when padding-free; or [B, 1, L, L]
-    bool (True: attend) for group-shared rows (`models.shared_prefix`)."""
+    """[B, L] long, 0 on padding and the dummy token; None when padding-free and for group-shared
+    rows (`models.shared_prefix`: their `packing` separates them)."""
     position_ids: torch.Tensor
     """[4, B, L] long: row 0 text ids (0..L-1 over a packed row), rows 1-3 M-RoPE t/h/w."""
     mm_token_type_ids: torch.Tensor
@@ -73,8 +73,9 @@ class Batch:
     predict_from: torch.Tensor | None = None
     """[B, L] long: column whose hidden state predicts token t (None: t - 1; group-shared rows
     score a response's first token from the prompt's last)."""
-    packing: Packing | None = None
-    """Block bounds of a padding-free row (B = 1; `models.packing`); None when padded."""
+    packing: Packing | PaddedRows | None = None
+    """Block bounds of a padding-free row (B = 1; `models.packing`), or of each right-padded
+    group-shared row (`PaddedRows`); None for other padded rows."""
 
     def model_kwargs(self) -> dict:
         """Keyword arguments for the HF model's forward / generate (None entries dropped)."""
@@ -88,7 +89,7 @@ class Batch:
             if isinstance(v, torch.Tensor):
                 cast = dtype if (dtype is not None and f.name.startswith("pixel_values")) else None
                 v = v.to(device=device, dtype=cast) if cast else v.to(device)
-            elif isinstance(v, Packing):
+            elif isinstance(v, (Packing, PaddedRows)):
                 v = v.to(device)
             moved[f.name] = v
         return Batch(**moved)

@@ -155,7 +155,8 @@ def sequence_logprobs(
         wanted = (ULYSSES_ATTENTION,) if sp is not None else (PACKED_ATTENTION, ULYSSES_ATTENTION)
         for m in (model, reference):
             if m is not None and language_attention(m) not in wanted:
-                raise ValueError("a packed (padding-free) batch needs the model's language model on packed attention "
+                raise ValueError("a packed (padding-free or group-shared) batch needs the model's language model on "
+                                 "packed attention "
                                  "(models.packing.use_packed_attention, or models.ulysses.use_ulysses_attention "
                                  "under sequence parallelism); with its SDPA, sequences would see each other")
     if sp is None:

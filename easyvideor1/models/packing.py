@@ -5,9 +5,11 @@ sequence, or one group-shared row (`models.shared_prefix`: a prompt and its resp
 response seeing the prompt and itself), or a masked dummy vision token (a block of one). No pad
 token is computed. `Packing` carries the block bounds (cu_seqlens, as flash-attention's varlen
 API calls them) and, for group-shared blocks, each token's segment; the language model's
-attention layers receive it as the `packing` keyword and `packed_attention` runs one
-scaled-dot-product attention per block (causal, or the group mask), so attention costs the sum
-of the blocks' squared lengths, not the row's.
+attention layers receive it as the `packing` keyword and `packed_attention` runs the row as
+pieces: each plain block and each shared block's prompt causal within itself, each response over
+[its prompt; itself] (`models.fused_attention`: no mask tensor, calls a fused CUDA kernel takes;
+flash-attn's varlen when installed). Attention costs the sum of the pieces' scores, not the
+row's. Right-padded group-shared rows (`PaddedRows`) run the same way, one row at a time.
 
 `packed_attention` is registered with transformers' attention-function interface under
 `PACKED_ATTENTION` (no model class is patched); `use_packed_attention` selects it for a model's
@@ -26,13 +28,15 @@ transformers' CPU kernel for them takes no sequence bounds, so Qwen3.5 stays pad
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+from easyvideor1.models import fused_attention as fused
 
 PACKED_ATTENTION = "easyvideor1_packed"
 """The language model's attention implementation while packed rows are used."""
@@ -49,10 +53,26 @@ class Packing:
     causally within the prompt and their own response); None: every block is plain causal."""
     shared: tuple[bool, ...] = ()
     """Per block: it is a group-shared row (has responses after a prompt); () means none is."""
+    parts: tuple[tuple[int, ...], ...] = ()
+    """Per block, the lengths of its pieces: (n,) for a plain block, (prompt, response 1, ...) for a
+    group-shared one (an empty response has none); derived from `segment` when not given."""
 
     def __post_init__(self):
         if len(self.bounds) < 2 or self.bounds[0] != 0 or any(b >= e for b, e in zip(self.bounds, self.bounds[1:])):
             raise ValueError(f"packing bounds must rise strictly from 0, got {self.bounds[:8]}...")
+        if not self.parts:
+            object.__setattr__(self, "parts", tuple(self._parts(i, s, e) for i, (s, e) in enumerate(self.blocks)))
+        if [sum(p) for p in self.parts] != [e - s for s, e in self.blocks]:
+            raise ValueError("packing parts must add up to their blocks' lengths")
+
+    def _parts(self, i: int, s: int, e: int) -> tuple[int, ...]:
+        if not (self.shared and self.shared[i]):
+            return (e - s,)
+        runs = torch.unique_consecutive(self.segment[s:e], return_counts=True)
+        ids, counts = (t.tolist() for t in runs)
+        if ids[0] != 0 or 0 in ids[1:]:
+            raise ValueError(f"group-shared block {i} must start with its prompt (segment 0), then responses")
+        return tuple(counts)
 
     @property
     def length(self) -> int:
@@ -62,93 +82,99 @@ class Packing:
     def blocks(self) -> list[tuple[int, int]]:
         return list(zip(self.bounds[:-1], self.bounds[1:]))
 
+    @functools.cached_property
+    def pieces(self) -> list[tuple[int, int | None]]:
+        """The row in order as (length, prompt): a causal piece (a plain block or a shared block's
+        prompt) has prompt None; a response has the index of its block's prompt piece."""
+        out = []
+        for parts in self.parts:
+            first = len(out)
+            out += [(parts[0], None)] + [(n, first) for n in parts[1:]]
+        return out
+
     def to(self, device) -> Packing:
         seg = None if self.segment is None else self.segment.to(device)
-        return Packing(self.bounds, seg, self.shared)
+        return Packing(self.bounds, seg, self.shared, self.parts)
 
 
-def block_mask(segment: torch.Tensor) -> torch.Tensor:
-    """[n, n] bool (True: attend) of one group-shared block: causal; a response sees the prompt
-    (segment 0) and itself."""
-    n = segment.shape[0]
-    q, k = segment[:, None], segment[None, :]
-    causal = torch.ones(n, n, dtype=torch.bool, device=segment.device).tril()
-    return causal & ((k == 0) | (k == q))
+@dataclass(frozen=True)
+class PaddedRows:
+    """Padded rows, each a packed row of its own: right-padded group-shared rows
+    (`models.shared_prefix` without padding-free rows: the group block, then a block of padding),
+    or the HF engine's left-padded prompts at prefill (padding, then the prompt)."""
+
+    rows: tuple[Packing, ...]
+
+    @staticmethod
+    def left_padded(attention_mask: torch.Tensor) -> PaddedRows:
+        """Rows of a left-padded batch ([B, L] long, 0 on padding and dummies, all of it before the
+        row's tokens): the padding, then the sequence, as two plain blocks."""
+        width = attention_mask.shape[1]
+        pads = (width - attention_mask.sum(-1)).tolist()
+        return PaddedRows(tuple(Packing((0, p, width) if p else (0, width)) for p in pads))
+
+    def to(self, device) -> PaddedRows:
+        return PaddedRows(tuple(r.to(device) for r in self.rows))
 
 
 def packed_attention(module, query, key, value, attention_mask, dropout: float = 0.0, scaling=None,
-                     packing: Packing | None = None, **kwargs):
-    """Attention over a packed row, block by block or short blocks in one batched call
-    (`BATCHED_WASTE`) (module docstring); transformers' SDPA
-    when called without `packing`. query [1, H, L, D], key/value [1, H_kv, L, D]; returns
-    ([1, L, H, D], None) as transformers' attention functions do."""
-    if packing is None:
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
-                                      **kwargs)
-    if query.shape[0] != 1 or query.shape[2] != packing.length:
-        raise ValueError(f"a packed row is one row of {packing.length} tokens; attention got {tuple(query.shape)}")
-    sizes = [e - s for s, e in packing.blocks]
-    if 1 < len(sizes) and max(sizes) <= BATCHED_MAX_LEN and \
-            len(sizes) * max(sizes) ** 2 <= BATCHED_WASTE * sum(n * n for n in sizes):
-        out = _batched_blocks(query, key, value, packing, sizes, scaling)
-    else:
-        out = _block_by_block(query, key, value, packing, sizes, scaling)
+                     packing: Packing | PaddedRows | None = None, **kwargs):
+    """Attention over packed rows (module docstring; the calls: `models.fused_attention`);
+    transformers' SDPA when called without `packing`. query [B, H, L, D], key/value [B, H_kv, L, D]
+    (B = 1 for a `Packing`, one per row of `PaddedRows`); returns ([B, L, H, D], None) as
+    transformers' attention functions do."""
+    with fused.kernel_policy(query.device):
+        if packing is None:
+            return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
+                                          scaling=scaling, **kwargs)
+        rows = packing.rows if isinstance(packing, PaddedRows) else (packing,)
+        if query.shape[0] != len(rows) or any(query.shape[2] != r.length for r in rows):
+            raise ValueError(f"packed rows of {[r.length for r in rows]} tokens; attention got {tuple(query.shape)}")
+        out = torch.cat([_row(query[b:b + 1], key[b:b + 1], value[b:b + 1], r, scaling) for b, r in enumerate(rows)])
     return out.transpose(1, 2).contiguous(), None
 
 
 BATCHED_WASTE = 2.0
-"""Blocks of similar length run as one batched SDPA call (each block a row, padded to the
-longest) when that computes at most this many times the attention scores of one call per block:
-many short blocks (CPU and GPU alike pay a fixed cost per call) gain more from one call than
-they lose to the padding, which exists inside attention only. Long blocks of unequal length run
-one call each."""
+"""The causal pieces of a row run as one call (each padded to the longest) when that computes at
+most this many times the attention scores of one call per piece: many short blocks pay a fixed
+cost per call, which one call saves. Long pieces of unequal length run one call each."""
 BATCHED_MAX_LEN = 2048
-"""Longest block of a batched call: beyond it a call is long enough to pay its fixed cost, and the
-batched call's [m, W, W] mask would grow large."""
+"""Longest piece of a batched call: beyond it a call is long enough to pay its fixed cost."""
 
 
-def _block_by_block(query, key, value, packing: Packing, sizes: list[int], scaling) -> torch.Tensor:
-    """[1, H, L, D]: one SDPA call per block."""
-    gqa = query.shape[1] != key.shape[1]
-    shared = packing.shared or (False,) * len(sizes)
-    # split, not one slice per block: a slice's backward writes its gradient into a zero tensor of
-    # the whole row (m blocks: m row-sized tensors); split's backward concatenates the m parts once
-    out = []
-    for (s, e), is_shared, q, k, v in zip(packing.blocks, shared, query.split(sizes, 2), key.split(sizes, 2),
-                                          value.split(sizes, 2)):
-        if is_shared:
-            mask = block_mask(packing.segment[s:e])
-            out.append(F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scaling, enable_gqa=gqa))
-        else:
-            out.append(F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scaling, enable_gqa=gqa))
-    return torch.cat(out, dim=2)
+def _row(query, key, value, packing: Packing, scaling) -> torch.Tensor:
+    """[1, H, L, D]: one packed row, piece by piece (`Packing.pieces`), no mask tensor."""
+    pieces = packing.pieces
+    sizes = [n for n, _ in pieces]
+    qs, ks, vs = query.split(sizes, 2), key.split(sizes, 2), value.split(sizes, 2)
 
+    def keys(xs, i):  # a response's keys and values: its prompt's, then its own
+        prompt = pieces[i][1]
+        return xs[i] if prompt is None else torch.cat([xs[prompt], xs[i]], 2)
 
-def _batched_blocks(query, key, value, packing: Packing, sizes: list[int], scaling) -> torch.Tensor:
-    """[1, H, L, D]: the blocks as the rows of one SDPA call, each padded to the longest; a padding
-    query attends only to itself (never a fully masked row) and no real query sees padding."""
-    m, width, device = len(sizes), max(sizes), query.device
-    starts = torch.tensor(packing.bounds[:-1], device=device)
-    cols = torch.arange(width, device=device)
-    valid = cols[None] < torch.tensor(sizes, device=device)[:, None]  # [m, W]
-    index = torch.where(valid, starts[:, None] + cols[None], 0)  # [m, W] -> row position
-    segment = torch.zeros(m, width, dtype=torch.long, device=device)
-    if packing.segment is not None and packing.shared:
-        shared = torch.tensor(packing.shared, device=device)[:, None]
-        segment = torch.where(shared, packing.segment[index], 0)
-    segment = torch.where(valid, segment, -1)
-    q_seg, k_seg = segment[:, :, None], segment[:, None, :]
-    causal = torch.ones(width, width, dtype=torch.bool, device=device).tril()
-    mask = causal & ((k_seg == 0) | (k_seg == q_seg))  # padding sits after a block: causal keeps it unseen
-    mask |= torch.eye(width, dtype=torch.bool, device=device) & ~valid[:, :, None]  # padding: itself only
-    flat = index.flatten()
-
-    def rows(x):  # [1, H, L, D] -> [m, H, W, D]
-        return x[0].index_select(1, flat).unflatten(1, (m, width)).transpose(0, 1)
-
-    out = F.scaled_dot_product_attention(rows(query), rows(key), rows(value), attn_mask=mask[:, None], scale=scaling,
-                                         enable_gqa=query.shape[1] != key.shape[1])  # [m, H, W, D]
-    return out.transpose(0, 1).flatten(1, 2)[:, valid.flatten()][None]  # [1, H, L, D], row order
+    if fused.varlen_available(query):
+        every = range(len(pieces))
+        return torch.cat(fused.varlen(qs, [keys(ks, i) for i in every], [keys(vs, i) for i in every], scaling), 2)
+    out: list[torch.Tensor | None] = [None] * len(pieces)
+    causal = [i for i, (_, prompt) in enumerate(pieces) if prompt is None]
+    n = [sizes[i] for i in causal]
+    if 1 < len(n) and max(n) <= BATCHED_MAX_LEN and len(n) * max(n) ** 2 <= BATCHED_WASTE * sum(x * x for x in n):
+        got = fused.causal_batch([qs[i] for i in causal], [ks[i] for i in causal], [vs[i] for i in causal], scaling)
+        for i, o in zip(causal, got):
+            out[i] = o
+    else:
+        for i in causal:
+            out[i] = fused.causal(qs[i], ks[i], vs[i], scaling)
+    alike: dict[tuple[int, int], list[int]] = {}  # responses of one prompt and one length: one call
+    for i, (size, prompt) in enumerate(pieces):
+        if prompt is not None:
+            alike.setdefault((prompt, size), []).append(i)
+    for same in alike.values():
+        got = fused.after_prompt(torch.cat([qs[i] for i in same]), torch.cat([keys(ks, i) for i in same]),
+                                 torch.cat([keys(vs, i) for i in same]), scaling)
+        for j, i in enumerate(same):
+            out[i] = got[j:j + 1]
+    return torch.cat(out, 2)
 
 
 AttentionInterface.register(PACKED_ATTENTION, packed_attention)
@@ -170,8 +196,9 @@ def packing_blocker(config) -> str | None:
     """Why a model with HF `config` cannot train on packed rows, or None when it can."""
     text = config.get_text_config()
     attn = getattr(text, "_attn_implementation", None) or "eager"
-    if attn not in ("sdpa", PACKED_ATTENTION):
-        return f"attention implementation {attn!r}: packed rows replace SDPA only (set model.attn_implementation: sdpa)"
+    if attn not in ("sdpa", "flash_attention_2", PACKED_ATTENTION):
+        return (f"attention implementation {attn!r}: packed rows replace SDPA or flash-attention only "
+                "(set model.attn_implementation: sdpa)")
     kinds = set(getattr(text, "layer_types", None) or ())
     if "linear_attention" in kinds:
         return "linear-attention (recurrent) layers would carry one sequence's state into the next"

@@ -5,26 +5,27 @@ tower and the prompt's forward run n times. Here a group is one row,
 
     [prompt][response 1][response 2] ... [response k]
 
-with a 4-D attention mask in which the prompt is causal, each response sees the whole prompt
-and its own earlier tokens, never another response, and padding (and the masked dummy vision
-token) sees only itself. Each response keeps the M-RoPE ids of its unshared sequence (the
-prompt's ids, then max + 1, max + 2, ...; `mrope.extend_positions`), so every response token's
-attention scores, and so its log-prob, are those of the unshared sequence up to float summation
-order. The first token of a response is scored from the prompt's last position, not the
+in which the prompt is causal, each response sees the whole prompt and its own earlier tokens,
+never another response, and padding (and the masked dummy vision token) is never seen by a real
+token. No mask says so: the row's `Packing` (or, for right-padded rows, `PaddedRows`) lists its
+pieces and `models.packing.packed_attention` runs the prompt causally and each response over
+[prompt; response] (`models.fused_attention`), so nothing of [L, L] is built. Each response
+keeps the M-RoPE ids of its unshared sequence (the prompt's ids, then max + 1, max + 2, ...;
+`mrope.extend_positions`), so every response token's attention scores, and so its log-prob,
+are those of the unshared sequence up to float summation order. The first token of a response is scored from the prompt's last position, not the
 previous response's (`Batch.predict_from`). In the update the prompt's activations receive the
 summed gradient of the group's responses through the same autograd graph.
 
-Why a mask, not a key/value cache expanded over the responses: the masked row is one ordinary
+Why one row, not a key/value cache expanded over the responses: the row is one ordinary
 forward, so gradient checkpointing, FSDP2 (the same collectives as the plain path), the
 vision tower and Qwen3-VL's deepstack need nothing new, and it is the same packed layout that
-padding-free batches use (a future varlen/flex kernel only changes how the mask is given). HF
-drops the cache under gradient checkpointing, and its multi-token continuation from a cache is
-not differentiable through Qwen3.5's linear-attention state.
+padding-free batches use. HF drops the cache under gradient checkpointing, and its multi-token
+continuation from a cache is not differentiable through Qwen3.5's linear-attention state.
 
 Where it cannot be exact the trainer falls back to one sequence per response
 (`shared_prefix_blocker`): recurrent (linear-attention) layers would carry one response's state
-into the next, sliding-window layers ignore a custom mask, and only SDPA takes a boolean
-4-D mask as is (eager adds the mask to the scores; flash-attention takes none).
+into the next, sliding-window layers are not full attention, and the language model's attention
+must be one `packed_attention` replaces (SDPA or flash-attention; eager is refused).
 """
 
 from __future__ import annotations
@@ -32,17 +33,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 
 from easyvideor1.models.collate import Batch, _cat, _dummy_pixels, _dummy_rows, _pack, _pad
 from easyvideor1.models.families import Family
 from easyvideor1.models.inputs import ModelInputs, check_placeholders
 from easyvideor1.models.mrope import MRopeSpec, extend_positions
-from easyvideor1.models.packing import PACKED_ATTENTION, Packing
+from easyvideor1.models.packing import PACKED_ATTENTION, Packing, PaddedRows
 from easyvideor1.models.ulysses import ULYSSES_ATTENTION
 
-SHARED_ATTENTION = ("sdpa", PACKED_ATTENTION, ULYSSES_ATTENTION)
-"""Attention implementations that take our boolean [B, 1, L, L] mask as is (packed and Ulysses
-attention are SDPA on padded rows; on packed rows they take the segments of `Packing`)."""
+SHARED_ATTENTION = ("sdpa", "flash_attention_2", PACKED_ATTENTION, ULYSSES_ATTENTION)
+"""Language-model attention implementations that packed attention replaces for group rows
+(`models.packing.use_packed_attention`)."""
 
 
 @dataclass
@@ -55,17 +57,17 @@ class SharedGroup:
 
 def shared_prefix_blocker(config) -> str | None:
     """Why a model with HF `config` cannot share a group's prompt exactly, or None when it can."""
-    text = config.get_text_config()  # the language model's attention is what the mask goes to
+    text = config.get_text_config()  # the language model's attention is what packing replaces
     attn = getattr(text, "_attn_implementation", None) or getattr(config, "_attn_implementation", None) or "eager"
     if attn not in SHARED_ATTENTION:
-        return (f"attention implementation {attn!r} does not take a custom 4-D mask as is "
+        return (f"attention implementation {attn!r} is not one packed attention replaces "
                 f"(shared prefix needs one of {', '.join(SHARED_ATTENTION)})")
     kinds = set(getattr(text, "layer_types", None) or ())
     if "linear_attention" in kinds:
         return ("the model has linear-attention (recurrent) layers: in one row a response would see the "
                 "previous response's state")
     if kinds - {"full_attention"} or getattr(text, "use_sliding_window", False):
-        return f"layer types {sorted(kinds)} / sliding window: only full-attention layers honour the mask"
+        return f"layer types {sorted(kinds)} / sliding window: group rows need full attention in every layer"
     return None
 
 
@@ -76,7 +78,7 @@ def _row(group: SharedGroup, spec: MRopeSpec) -> dict[str, torch.Tensor]:
     if n < 1:
         raise ValueError(f"sample {p.sample_id!r}: an empty prompt has no context to score a response from")
     positions = p.position_ids[:, :n]
-    ids, mrope, text = [p.input_ids[:n]], [positions], [torch.arange(n)]
+    ids, mrope = [p.input_ids[:n]], [positions]
     seg, src = [torch.zeros(n, dtype=torch.long)], [torch.arange(n) - 1]
     start = n
     for k, response in enumerate(group.responses, 1):
@@ -85,7 +87,6 @@ def _row(group: SharedGroup, spec: MRopeSpec) -> dict[str, torch.Tensor]:
         r = len(response)
         ids.append(response)
         mrope.append(extend_positions(positions, r)[:, n:])  # the unshared sequence's ids
-        text.append(torch.arange(n, n + r))
         seg.append(torch.full((r,), k, dtype=torch.long))
         src.append(torch.arange(start - 1, start + r - 1))  # token j predicted from token j - 1,
         src[-1][:1] = n - 1  # the first from the prompt's last
@@ -98,22 +99,9 @@ def _row(group: SharedGroup, spec: MRopeSpec) -> dict[str, torch.Tensor]:
         mrope=torch.cat(mrope, dim=1),
         mm_token_type_ids=torch.cat([p.mm_token_type_ids[:n], torch.zeros(total - n, dtype=torch.int32)]),
         loss_mask=loss,
-        text=torch.cat(text),
         segment=torch.cat(seg),
         predict_from=torch.cat(src),
     )
-
-
-def group_attention(segment: torch.Tensor) -> torch.Tensor:
-    """[B, 1, L, L] bool (True: attend) from `segment` [B, L]: 0 prompt, k > 0 response k, -1
-    padding or dummy. Causal; a response sees the prompt and itself; padding sees only itself
-    (no row is fully masked, which would make SDPA return NaN)."""
-    length = segment.shape[1]
-    causal = torch.ones(length, length, dtype=torch.bool).tril()
-    q, k = segment[:, :, None], segment[:, None, :]  # [B, L, 1], [B, 1, L]
-    mask = causal & (q >= 0) & ((k == 0) | (k == q))
-    mask |= torch.eye(length, dtype=torch.bool)
-    return mask[:, None]
 
 
 def collate_shared(groups: list[SharedGroup], family: Family, spec: MRopeSpec, pad_token_id: int,
@@ -146,14 +134,18 @@ def collate_shared(groups: list[SharedGroup], family: Family, spec: MRopeSpec, p
     else:
         tokens = _pad(rows, dummies, pad_token_id, "right")
         b, width = tokens["input_ids"].shape
-        segment = torch.full((b, width), -1, dtype=torch.long)
-        text = torch.zeros(b, width, dtype=torch.long)
         predict_from = torch.zeros(b, width, dtype=torch.long)
+        blocks = []
         for i, r in enumerate(rows):
             n = len(r["input_ids"])
-            segment[i, :n], text[i, :n], predict_from[i, :n] = r["segment"], r["text"], r["predict_from"]
-        tokens["position_ids"] = torch.cat([text[None], tokens["position_ids"][1:]])
-        attention = group_attention(segment)
+            predict_from[i, :n] = r["predict_from"]
+            # the group block, then the row's padding (and dummies) as a block no real token sees
+            bounds, shared = ((0, n, width), (True, False)) if width > n else ((0, n), (True,))
+            blocks.append(Packing(bounds, F.pad(r["segment"], (0, width - n), value=-1), shared))
+        # text ids 0..L-1 on every row: transformers sees unpadded rows and builds no [B, 1, L, L] mask
+        tokens["position_ids"][0] = torch.arange(width)
+        tokens["packing"] = PaddedRows(tuple(blocks))
+        attention = None
     grid = torch.tensor([[1, spec.merge_size, spec.merge_size]])
     has_seconds = any(p.second_per_grid_ts is not None for p in prompts)
     return Batch(

@@ -78,7 +78,7 @@ def pad_packing(packing: Packing, length: int) -> Packing:
         return packing
     segment = None if packing.segment is None else F.pad(packing.segment, (0, extra))
     shared = packing.shared + (False,) if packing.shared else ()
-    return Packing(packing.bounds + (length,), segment, shared)
+    return Packing(packing.bounds + (length,), segment, shared, packing.parts + ((extra,),))
 
 
 def local_span(length: int, sp: SequenceParallel) -> tuple[int, int]:
@@ -230,7 +230,7 @@ def encode_vision(inner, batch: Batch, sp: SequenceParallel) -> tuple[dict[str, 
 def sharded_hidden(model, batch: Batch, sp: SequenceParallel) -> tuple[torch.Tensor, int]:
     """Last hidden states of this rank's slice of the padded packed row, [1, L/k, H], and the
     slice's first position. `batch` is the whole (unpadded) packed row, the same on the k ranks."""
-    if batch.packing is None or batch.input_ids.shape[0] != 1:
+    if not isinstance(batch.packing, Packing) or batch.input_ids.shape[0] != 1:
         raise ValueError("sequence parallelism runs on packed rows (padding-free batches)")
     inner = model.model
     length = padded_length(batch.input_ids.shape[1], sp.size)

@@ -34,6 +34,8 @@ from easyvideor1 import distributed
 from easyvideor1.models.collate import collate
 from easyvideor1.models.families import Family
 from easyvideor1.models.mrope import MRopeSpec
+from easyvideor1.models.packing import PACKED_ATTENTION, PaddedRows, language_attention
+from easyvideor1.models.ulysses import ULYSSES_ATTENTION
 from easyvideor1.records import Rollout
 from easyvideor1.prompts import Prompt, empty_prompt
 from easyvideor1.rollout.base import (
@@ -71,6 +73,19 @@ def _gathered(model):
         for unit in units:  # back to FSDP2's defaults: every unit reshards after forward but the root
             unit.reshard()
             unit.set_reshard_after_forward(unit is not model, recurse=False)
+
+
+def _prefill_kwargs(model, batch) -> dict:
+    """The prefill's inputs. On packed attention (`models.packing`) the padding and the masked
+    dummy vision tokens are a block of each row before its prompt, not a mask: transformers would
+    otherwise build a [B, 1, L, L] mask (the dummies are padding even when the prompts are of one
+    length). Text ids 0..L-1 then, so it builds none. Decoding steps keep the [B, L] mask (O(L))."""
+    kwargs = batch.model_kwargs()
+    if language_attention(model) in (PACKED_ATTENTION, ULYSSES_ATTENTION) and not bool(batch.attention_mask.all()):
+        positions = batch.position_ids.clone()
+        positions[0] = torch.arange(positions.shape[-1], device=positions.device)
+        kwargs.update(attention_mask=None, position_ids=positions, packing=PaddedRows.left_padded(batch.attention_mask))
+    return kwargs
 
 
 @contextmanager
@@ -180,7 +195,7 @@ class HFEngine:
         attention = batch.attention_mask
         positions = batch.position_ids[:, :, -1:]  # [4, B, 1]: every prompt ends in text
         with torch.no_grad(), _eval_mode(model), _gathered(model):
-            out = model(**batch.model_kwargs(), use_cache=True, logits_to_keep=1)
+            out = model(**_prefill_kwargs(model, batch), use_cache=True, logits_to_keep=1)
             for step in range(params.max_tokens):
                 new, new_lp = next_tokens(out.logits[:, -1], params, banned, generators)
                 new_ids, new_lps = new.tolist(), new_lp.tolist()  # one device sync per step

@@ -178,8 +178,9 @@ def build_run(cfg: Config) -> Run:
                  else ReferenceView(model) if lora.rank
                  else load_reference(m.path, m.dtype, m.attn_implementation, load_device))
     padding_free = padding_free_state(cfg, family, model, reference, rank)
-    if padding_free:  # before sharding; LoRA's ReferenceView shares the policy's config (already switched)
-        for net in (model, reference):
+    shared_prefix = shared_prefix_state(cfg, model, reference, rank)
+    if padding_free or shared_prefix:  # before sharding; LoRA's ReferenceView shares the policy's config
+        for net in (model, reference):  # packed rows and group rows (padded too) run as pieces, no mask
             if net is not None:
                 use_packed_attention(net)  # language model only; SDPA when called unpacked (generate)
     # after packing: sequence parallelism puts the language model on Ulysses attention (packed rows too)
@@ -201,7 +202,7 @@ def build_run(cfg: Config) -> Run:
     ctx = ForwardContext(family=family, spec=spec, pad_token_id=processor.tokenizer.pad_token_id,
                          micro_batch_size=cfg.training.micro_batch_size,
                          micro_batch_tokens=cfg.training.micro_batch_tokens,
-                         shared_prefix=shared_prefix_state(cfg, model, reference, rank), padding_free=padding_free,
+                         shared_prefix=shared_prefix, padding_free=padding_free,
                          chunk_size=cfg.training.logprob_chunk_size,
                          # log-probs of the distribution the engine sampled from (greedy: the raw one)
                          temperature=cfg.rollout.temperature if cfg.rollout.temperature > 0 else 1.0, device=device,

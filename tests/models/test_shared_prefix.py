@@ -16,10 +16,12 @@ from model_media import make_image, make_sample, make_video
 
 from easyvideor1.algorithms import AlgorithmConfig
 from easyvideor1.models.inputs import build_inputs
-from easyvideor1.models.shared_prefix import group_attention, shared_prefix_blocker
+from easyvideor1.models.packing import PaddedRows, use_packed_attention
+from easyvideor1.models.shared_prefix import shared_prefix_blocker
 from easyvideor1.prompts import Prompt
 from easyvideor1.records import Rollout
-from easyvideor1.training.sequences import ForwardContext, forward_logprobs, make_batch, micro_batches
+from easyvideor1.training.sequences import (ForwardContext, collate_responses, forward_logprobs, make_batch,
+                                           micro_batches)
 from easyvideor1.training.update import policy_update
 
 # Same tokens, same weights, only the summation order of attention and matmuls differs.
@@ -50,6 +52,7 @@ def _ctx(tiny, shared: bool, micro: int) -> ForwardContext:
 
 def _pass(tiny, batch, shared: bool, micro: int, grad: bool = False):
     model = tiny.model
+    use_packed_attention(model)  # group rows run as pieces (models.packing); other rows still get SDPA
     model.zero_grad(set_to_none=True)
     parts = []
     for idx in micro_batches(list(range(batch.size)), micro):
@@ -63,15 +66,18 @@ def _pass(tiny, batch, shared: bool, micro: int, grad: bool = False):
     return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts]), grads
 
 
-def test_group_attention_mask():
-    seg = torch.tensor([[0, 0, 1, 1, 2, -1]])
-    m = group_attention(seg)[0, 0].int()
-    assert m.tolist() == [[1, 0, 0, 0, 0, 0],
-                          [1, 1, 0, 0, 0, 0],
-                          [1, 1, 1, 0, 0, 0],
-                          [1, 1, 1, 1, 0, 0],
-                          [1, 1, 0, 0, 1, 0],
-                          [0, 0, 0, 0, 0, 1]]
+def test_padded_group_rows_carry_pieces_not_a_mask(tiny):
+    """Right-padded group rows: no attention mask; each row's group block (prompt, responses) then
+    its padding, and text ids 0..L-1 so that transformers builds no mask either."""
+    batch = _batch(tiny)
+    mb = collate_responses(batch, list(range(batch.size)), _ctx(tiny, True, batch.size))
+    assert mb.attention_mask is None and isinstance(mb.packing, PaddedRows)
+    width = mb.input_ids.shape[1]
+    assert (mb.position_ids[0] == torch.arange(width)).all()
+    assert len(mb.packing.rows) == mb.input_ids.shape[0] == len(mb.seq_spans) == 4
+    for row, (_, start, end) in zip(mb.packing.rows, mb.seq_spans):
+        assert row.length == width and row.blocks[0] == (start, end) and row.shared[0]
+        assert row.parts[0][0] > 1 and sum(row.parts[0]) == end  # the prompt, then the responses
 
 
 @pytest.mark.parametrize("micro", [4, 3])

@@ -6,7 +6,8 @@ alone: log-probs of a packed mixed-modality batch, then 3 SGD steps on its token
 World = DP_SIZE x SP_SIZE (1 x 1: one process, no group, plain packed attention). The global
 batch (4 sequences) is split over the data-parallel ranks as the trainer splits prompts; the
 ranks of a sequence-parallel group hold the same sequences. Rank 0 writes the first pass's
-log-probs / entropies of its sequences, and the parameters after the steps, to OUT.pt.
+log-probs / entropies of its sequences, the parameters after the steps, and what its attention
+calls would ask of a CUDA kernel (attention_recorder.py), to OUT.pt.
 `text`: text prompts only (the row's vision input is then the two masked dummies: fewer vision
 units than ranks when SP_SIZE > 2, so some ranks encode an empty share).
 """
@@ -18,6 +19,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, os.path.dirname(__file__))
 
 import torch  # noqa: E402
+from attention_recorder import AttentionRecorder  # noqa: E402
 from model_media import make_image, make_sample, make_video  # noqa: E402
 
 from easyvideor1 import distributed  # noqa: E402
@@ -75,6 +77,7 @@ def main():
     # Plain SGD: a gradient off by a constant factor (Adam would hide it) moves the parameters otherwise.
     optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=1.0)
     first = None
+    recorder = AttentionRecorder().__enter__()
     for _ in range(3):
         out = sequence_logprobs(model, batch, chunk_size=16, with_entropy=True, sp=sp)
         if first is None:
@@ -85,9 +88,12 @@ def main():
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
+    recorder.__exit__(None, None, None)
+    attention = {"problems": recorder.problems(batch.input_ids.shape[1]),
+                 "gqa_calls": sum(c.q_heads != c.kv_heads for c in recorder.calls)}
     params = full_state_dict(model) if world > 1 else {k: v.detach().clone() for k, v in model.state_dict().items()}
     if rank == 0:
-        torch.save({"first": first, "params": params}, out_path)
+        torch.save({"first": first, "params": params, "attention": attention}, out_path)
     distributed.close()
 
 

@@ -36,7 +36,7 @@ def _train(root, model, path, packed: bool):
         algorithm__kl_estimator="full", algorithm__kl_coef=0.1)))
     run = build_run(cfg)
     assert run.ctx.padding_free is packed and run.ctx.shared_prefix
-    want = PACKED_ATTENTION if packed else "sdpa"
+    want = PACKED_ATTENTION  # packed rows and padded group-shared rows alike run as pieces
     assert language_attention(run.model) == language_attention(run.reference) == want
     before = {n: p.detach().clone() for n, p in run.model.named_parameters()}
     train(run)
