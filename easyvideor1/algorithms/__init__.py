@@ -44,7 +44,9 @@ never branches on the algorithm's name):
            entropy=ent,                          # [n, T] or None (needed if cfg.entropy_coef)
            ref_log_probs=ref_lp,                 # [n, T] or None (needed if cfg.use_kl_loss)
            full_kl=None,                         # [n, T] exact KL, only for kl_estimator 'full'
-           offline_mask=off, behaviour_log_probs=None)   # LUFFY's offline tokens, else None
+           offline_mask=off, behaviour_log_probs=None,   # LUFFY's offline tokens, else None
+           rollout_weights=corr.weights)         # [n, T] or None: the rollout correction, where
+       # corr = rollout_correction.rollout_correction(old_lp, rollout_lp, known, mode, C, geometric)
        loss, metrics = POLICY_LOSSES[cfg.policy_loss](inputs, cfg, normalizer,
                                                       kl_coef=kl_ctrl.coef)   # None: cfg.kl_coef
        loss.backward()
@@ -67,9 +69,11 @@ from easyvideor1.algorithms.config import ALGORITHM_PRESETS, AlgorithmConfig, fr
 from easyvideor1.algorithms.dynamic_sampling import BatchFiller, GroupFilter, filter_groups
 from easyvideor1.algorithms.kl import KL_ESTIMATORS, kl_estimate, kl_reward_penalty
 from easyvideor1.algorithms.policy_losses import POLICY_LOSSES, LossInputs
+from easyvideor1.algorithms.rollout_correction import ROLLOUT_CORRECTIONS
 
 __all__ = [
-    "ADVANTAGES", "AGGREGATIONS", "ALGORITHM_PRESETS", "KL_ESTIMATORS", "POLICY_LOSSES", "AlgorithmConfig", "LossInputs",
+    "ADVANTAGES", "AGGREGATIONS", "ALGORITHM_PRESETS", "KL_ESTIMATORS", "POLICY_LOSSES", "ROLLOUT_CORRECTIONS",
+    "AlgorithmConfig", "LossInputs",
     "BatchFiller", "GroupFilter", "aggregate", "filter_groups", "from_preset", "kl_estimate", "kl_reward_penalty",
     "loss_normalizer", "make_kl_controller", "normalizer_count", "normalizer_from_counts",
 ]

@@ -26,6 +26,7 @@ from easyvideor1.algorithms.kl import (
     KLController,
 )
 from easyvideor1.algorithms.policy_losses import POLICY_LOSSES
+from easyvideor1.algorithms.rollout_correction import ROLLOUT_CORRECTIONS
 
 
 def _check_name(field: str, value: str, registry: dict) -> None:
@@ -87,6 +88,12 @@ class AlgorithmConfig:
     """Groups with mean >= this are dropped (all correct)."""
     max_filter_tries: int = 20
     """Generation rounds allowed to fill one batch when filtering (<= 0: no limit)."""
+    rollout_correction: str = "auto"
+    """Rollout correction, a key of `rollout_correction.ROLLOUT_CORRECTIONS` or `auto` (vllm: token_tis, hf: none)."""
+    rollout_correction_threshold: float = 2.0
+    """C: TIS truncates ratios at C; MIS masks ratios outside [1/C, C]."""
+    rollout_correction_geometric: bool = False
+    """seq_tis / seq_mis use the geometric mean of the token ratios instead of their product."""
 
     def __post_init__(self) -> None:
         _check_name("adv_estimator", self.adv_estimator, ADVANTAGES)
@@ -94,6 +101,7 @@ class AlgorithmConfig:
         _check_name("loss_agg_mode", self.loss_agg_mode, AGGREGATIONS)
         _check_name("kl_estimator", self.kl_estimator, KL_ESTIMATORS)
         _check_name("kl_controller", self.kl_controller, KL_CONTROLLERS)
+        _check_name("rollout_correction", self.rollout_correction, {"auto": None, **ROLLOUT_CORRECTIONS})
         self.gdpo_reward_keys = tuple(self.gdpo_reward_keys)
         if self.gdpo_reward_weights is not None:
             self.gdpo_reward_weights = tuple(float(w) for w in self.gdpo_reward_weights)
@@ -114,6 +122,7 @@ class AlgorithmConfig:
             ("kl_target", self.kl_target > 0, "> 0"),
             ("kl_horizon", self.kl_horizon > 0, "> 0"),
             ("filter_high", self.filter_low < self.filter_high, "> filter_low"),
+            ("rollout_correction_threshold", self.rollout_correction_threshold > 1, "> 1"),
         ]
         for name, ok, rule in checks:
             if not ok:

@@ -5,13 +5,16 @@ Every loss is called the same way (see the package docstring):
     loss, metrics = POLICY_LOSSES[cfg.policy_loss](
         LossInputs(log_probs=[N, T], old_log_probs=[N, T], advantages=[N, T] or [N], response_mask=[N, T],
                    entropy=None | [N, T], ref_log_probs=None | [N, T], full_kl=None | [N, T],
-                   offline_mask=None | [N] or [N, T], behaviour_log_probs=None | [N, T]),
+                   offline_mask=None | [N] or [N, T], behaviour_log_probs=None | [N, T],
+                   rollout_weights=None | [N, T]),
         cfg, normalizer,                                     # global normaliser, see aggregation.py
         kl_coef=None | float)
 
 The returned loss is the policy-gradient term, plus `kl_coef * KL` when `cfg.use_kl_loss`
 (and not `cfg.disable_kl`), minus `cfg.entropy_coef * entropy` when that coefficient is set,
-each aggregated with `cfg.loss_agg_mode` and the same global normaliser. Metrics are Python
+each aggregated with `cfg.loss_agg_mode` and the same global normaliser; `rollout_weights`
+(the rollout correction, `algorithms.rollout_correction`) multiply the policy-gradient term
+of each token, detached, before aggregation. Metrics are Python
 floats over this micro-batch's valid tokens (ratio stats, clip fractions, approx KL to the old
 policy) and the three loss terms as they enter the loss.
 
@@ -76,6 +79,7 @@ class LossInputs:
     full_kl: torch.Tensor | None = None  # the KL loss with kl_estimator 'full': exact per-token KL, with gradient
     offline_mask: torch.Tensor | None = None  # [N] or [N, T]: LUFFY's offline (off-policy) tokens
     behaviour_log_probs: torch.Tensor | None = None  # LUFFY's pi_behaviour of offline tokens (None: 1)
+    rollout_weights: torch.Tensor | None = None  # [N, T] rollout correction (`rollout_correction`), None: 1
 
 
 def _prepare(name: str, x: LossInputs) -> tuple[torch.Tensor, ...]:
@@ -134,6 +138,11 @@ def _finish(pg_token_loss: torch.Tensor, metrics: dict[str, float], x: LossInput
     """Aggregate the policy-gradient term, add the KL loss and entropy bonus, fill metrics
     (`log_probs`, `mask`: `_prepare`'s)."""
     entropy, ref_log_probs, full_kl = x.entropy, x.ref_log_probs, x.full_kl
+    if x.rollout_weights is not None:  # the behaviour correction, on the policy-gradient term only
+        if x.rollout_weights.shape != mask.shape:
+            raise ValueError(f"rollout_weights must be [N, T] = {tuple(mask.shape)}, "
+                             f"got {tuple(x.rollout_weights.shape)}")
+        pg_token_loss = pg_token_loss * torch.where(mask, x.rollout_weights.detach().to(pg_token_loss.dtype), 0.0)
     pg = aggregate(pg_token_loss, mask, cfg.loss_agg_mode, normalizer)
     loss = pg
     metrics["pg_loss"] = float(pg.detach())

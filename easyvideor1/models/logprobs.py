@@ -47,26 +47,32 @@ class TokenLogProbs:
     """[B, L] float32: exact KL(pi || pi_ref) over the vocabulary at token t (with a reference); 0 outside."""
 
 
-def _log_softmax(hidden, lm_head, temperature: float) -> torch.Tensor:
+BANNED_LOGIT = -1e30  # a banned token's logit: probability 0, yet p * log p = 0 (no NaN in entropy or KL)
+
+
+def _log_softmax(hidden, lm_head, temperature: float, banned: tuple[int, ...] = ()) -> torch.Tensor:
     logits = lm_head(hidden).float()  # [n, V]
     if temperature != 1.0:
         logits = logits / temperature
+    if banned:  # the tokens the engines never sample (`rollout.base.VISION_PAD_TOKENS`)
+        logits = logits.index_fill(-1, torch.tensor(banned, device=logits.device), BANNED_LOGIT)
     return torch.log_softmax(logits, dim=-1)
 
 
-def _chunk_stats(hidden, lm_head, targets, temperature: float, with_entropy: bool, ref_hidden, ref_lm_head):
-    logp_all = _log_softmax(hidden, lm_head, temperature)  # [n, V]
+def _chunk_stats(hidden, lm_head, targets, temperature: float, with_entropy: bool, ref_hidden, ref_lm_head,
+                 banned: tuple[int, ...] = ()):
+    logp_all = _log_softmax(hidden, lm_head, temperature, banned)  # [n, V]
     logp = logp_all.gather(-1, targets[:, None]).squeeze(-1)  # [n]
     entropy = -(logp_all.exp() * logp_all).sum(-1) if with_entropy else torch.zeros_like(logp)
     if ref_hidden is None:
         return logp, entropy, torch.zeros_like(logp)
     with torch.no_grad():
-        ref_all = _log_softmax(ref_hidden, ref_lm_head, temperature)  # [n, V]
+        ref_all = _log_softmax(ref_hidden, ref_lm_head, temperature, banned)  # [n, V]
     return logp, entropy, vocabulary_kl(logp_all[None], ref_all[None])[0]  # [n]
 
 
 def _chunked(hidden, lm_head, targets, chunk_size, temperature, with_entropy, ref_hidden=None, ref_lm_head=None,
-             num_chunks: int | None = None, filler: torch.Tensor | None = None):
+             num_chunks: int | None = None, filler: torch.Tensor | None = None, banned: tuple[int, ...] = ()):
     """(logp, entropy, kl, anchor) over chunks of `chunk_size` rows (see `token_logprobs`).
 
     `num_chunks` > the chunks `hidden` needs: the head runs that many times all the same, on the
@@ -82,10 +88,10 @@ def _chunked(hidden, lm_head, targets, chunk_size, temperature, with_entropy, re
         if k < len(starts):
             rows = slice(starts[k], starts[k] + chunk_size)
             args = (hidden[rows], lm_head, targets[rows], temperature, with_entropy,
-                    None if ref_hidden is None else ref_hidden[rows], ref_lm_head)
+                    None if ref_hidden is None else ref_hidden[rows], ref_lm_head, banned)
         else:
             args = (filler, lm_head, targets.new_zeros(1), temperature, with_entropy,
-                    None if ref_hidden is None else filler.detach(), ref_lm_head)
+                    None if ref_hidden is None else filler.detach(), ref_lm_head, banned)
         if torch.is_grad_enabled() and args[0].requires_grad:
             out = checkpoint(_chunk_stats, *args, use_reentrant=False)
         else:
@@ -144,13 +150,18 @@ def sequence_logprobs(
     with_entropy: bool = False,
     reference=None,
     sp: SequenceParallel | None = None,
+    banned: tuple[int, ...] = (),
 ) -> TokenLogProbs:
     """Run `model`'s backbone on `batch` and score its response tokens (`batch.loss_mask`);
     with a `reference` model, also the exact per-token KL to it (`TokenLogProbs.full_kl`).
 
     With `sp` (sequence parallelism, `models.ulysses`) each rank of the group runs its slice of the
     packed row and scores the tokens whose predicting position it holds; the parts are summed over
-    the group (with gradients), so every rank returns the whole batch's values."""
+    the group (with gradients), so every rank returns the whole batch's values.
+
+    `banned` token ids get probability 0 in every distribution (policy and reference): the
+    vision pad tokens the rollout engines ban, so that the trainer's log-probs are those of the
+    distribution the engines sample from (`rollout.base`)."""
     if batch.packing is not None:
         wanted = (ULYSSES_ATTENTION,) if sp is not None else (PACKED_ATTENTION, ULYSSES_ATTENTION)
         for m in (model, reference):
@@ -186,7 +197,7 @@ def sequence_logprobs(
             ref_rows, ref_head = ref_hidden[b_idx, src], reference.lm_head  # [n, H]
             del ref_hidden
     logp, ent, kl, anchor = _chunked(rows, model.lm_head, targets, chunk_size, temperature, with_entropy,
-                                     ref_rows, ref_head, num_chunks=num_chunks, filler=hidden[0, -1:])
+                                     ref_rows, ref_head, num_chunks=num_chunks, filler=hidden[0, -1:], banned=banned)
     if sp is not None:  # each token's values from the rank that scored it, summed over the group
         here_idx = here.nonzero(as_tuple=True)[0]
         parts = torch.zeros(3, every_n, dtype=torch.float32, device=hidden.device)

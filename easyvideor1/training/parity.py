@@ -10,8 +10,10 @@ the step computes anyway), `parity_report` on any engine's rollouts (it runs the
 also saying whether each response's text re-tokenizes to its token ids.
 
 Expected gaps: ~1e-6 in float32 when weights are in sync and the sampling used no top-k/top-p
-(the engines ban vision pad tokens, which adds `log(1 - p(pad tokens))`: a few 1e-3 for random
-tiny models, ~0 for trained ones); bf16 engines give ~1e-2.
+(the loop's pass bans the vision pad tokens as the engines do; a pass that does not, e.g.
+`trainer_logprob_fn` without `banned_ids`, adds `log(1 - p(pad tokens))`: a few 1e-3 for
+random tiny models, ~0 for trained ones); bf16 engines give ~1e-2. `MismatchMetrics` logs the
+same comparison every step as ratios (`mismatch/*`), beside the rollout correction.
 """
 
 from __future__ import annotations
@@ -37,14 +39,17 @@ def trainer_logprob_fn(
     pad_token_id: int,
     temperature: float = 1.0,
     max_batch_size: int = 16,
+    banned_ids: tuple[int, ...] = (),
 ) -> LogprobFn:
     """The trainer's log-prob pass (`all_logprobs`, the loop's own) as a `logprob_fn`, at
-    `temperature` (use `SamplingParams.logprob_temperature`)."""
+    `temperature` (use `SamplingParams.logprob_temperature`), with `banned_ids` at probability
+    0 (the loop bans the vision pad tokens, `rollout.base.banned_token_ids`, as the engines do)."""
 
     def fn(prompts: list[Prompt], rollouts: list[Rollout]) -> list[torch.Tensor]:
         param = next(model.parameters())
         ctx = ForwardContext(family=family, spec=spec, pad_token_id=pad_token_id, micro_batch_size=max_batch_size,
-                             temperature=temperature, device=param.device, pixel_dtype=param.dtype)
+                             temperature=temperature, device=param.device, pixel_dtype=param.dtype,
+                             banned_ids=tuple(banned_ids))
         batch = make_batch(prompts, [[r] for r in rollouts])
         logps = all_logprobs(model, batch, ctx)
         return [logps[i, : len(r.token_ids)].float() for i, r in enumerate(rollouts)]
@@ -97,6 +102,39 @@ def parity_metrics(batch: RolloutBatch) -> dict[str, float]:
             out[f"parity/max_gap/{m}"] = highs[k]
             out[f"parity/mean_gap/{m}"] = gap_sum / tokens
     return out
+
+
+class MismatchMetrics:
+    """The `mismatch/*` metrics of one update (`training.update`): the engine's log-probs
+    against the old policy's on every generated token, from `mismatch_row_stats` of the rollout
+    correction, per modality (`mismatch/<name>/<modality>`) and over all (`mismatch/<name>`),
+    over every rank: `kl` (k3 estimate of KL(rollout || old)), `ratio_mean`, `ratio_max`
+    (ratio = pi_old / pi_rollout) and `corrected_frac` (tokens the correction clipped or masked)."""
+
+    def __init__(self):
+        self.sums = {m: [0.0, 0.0, 0.0, 0.0] for m in MODALITIES}  # k3, ratio, corrected, tokens
+        self.highs = {m: 0.0 for m in MODALITIES}
+
+    def add(self, modalities: list[str], rows: torch.Tensor) -> None:
+        """Responses of `modalities` with their `mismatch_row_stats` rows [n, 5]."""
+        for m, (k3, ratio, high, corrected, tokens) in zip(modalities, rows.tolist()):
+            if tokens:
+                acc = self.sums[m]
+                acc[0], acc[1], acc[2], acc[3] = acc[0] + k3, acc[1] + ratio, acc[2] + corrected, acc[3] + tokens
+                self.highs[m] = max(self.highs[m], high)
+
+    def result(self) -> dict[str, float]:
+        totals = distributed.all_reduce_floats([x for m in MODALITIES for x in self.sums[m]])
+        highs = distributed.all_reduce_floats([self.highs[m] for m in MODALITIES], "max")
+        per = {m: (totals[4 * k:4 * k + 4], highs[k]) for k, m in enumerate(MODALITIES)}
+        per["all"] = ([sum(totals[j::4]) for j in range(4)], max(highs))
+        out = {}
+        for m, ((k3, ratio, corrected, tokens), high) in per.items():
+            if tokens:
+                suffix = "" if m == "all" else f"/{m}"
+                out |= {f"mismatch/kl{suffix}": k3 / tokens, f"mismatch/ratio_mean{suffix}": ratio / tokens,
+                        f"mismatch/ratio_max{suffix}": high, f"mismatch/corrected_frac{suffix}": corrected / tokens}
+        return out
 
 
 def _retokenizes(tokenizer, rollout: Rollout) -> bool:

@@ -43,6 +43,7 @@ class Run:
     rank: int = 0
     world: int = 1
     data: DataParallel | None = None  # data-parallel place under sequence parallelism (None: rank, world)
+    rollout_correction: str = "none"  # algorithm.rollout_correction with `auto` resolved (training.setup)
     step: int = 0
     history: list[dict[str, float]] = field(default_factory=list)
 

@@ -52,6 +52,12 @@ class RolloutBatch:
     def size(self) -> int:
         return len(self.rollouts)
 
+    def behaviour_known(self) -> torch.Tensor:
+        """[N, T] bool: response tokens with the engine's log-probs (not offline trajectories, not
+        responses whose reward failed): the tokens the rollout correction applies to."""
+        rows = torch.tensor([r.logprobs is not None and not r.offline for r in self.rollouts], dtype=torch.bool)
+        return self.response_mask & rows[:, None]
+
     def statistics_group_ids(self) -> torch.Tensor:
         """[N] group ids for the advantage estimators: a response whose reward failed is alone in
         a group of its own, so its group's mean and std ignore it (no stand-in reward 0)."""
@@ -115,6 +121,7 @@ class ForwardContext:
     padding_free: bool = False  # sequences / group rows packed in one row (`training.padding_free`, where exact)
     micro_batch_tokens: int = 0  # > 0: micro-batches up to this many computed tokens (`training.micro_batches`)
     sequence_parallel: SequenceParallel | None = None  # each row split over a group's ranks (`models.ulysses`)
+    banned_ids: tuple[int, ...] = ()  # tokens the engines never sample (vision pads): probability 0 here too
 
 
 def sequence_inputs(batch: RolloutBatch, indices: list[int], ctx: ForwardContext) -> list[ModelInputs]:
@@ -177,7 +184,8 @@ def forward_logprobs(model, batch: RolloutBatch, indices: list[int], ctx: Forwar
     enabled; the reference never has one)."""
     mb = collate_responses(batch, indices, ctx)
     out = sequence_logprobs(model, mb, chunk_size=ctx.chunk_size, temperature=ctx.temperature,
-                            with_entropy=with_entropy, reference=reference, sp=ctx.sequence_parallel)
+                            with_entropy=with_entropy, reference=reference, sp=ctx.sequence_parallel,
+                            banned=ctx.banned_ids)
     lengths = batch.response_mask[indices].sum(-1)
     width = batch.response_mask.shape[1]
     logp = to_response_space(out.logprobs, out.mask, lengths, width)

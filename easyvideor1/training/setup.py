@@ -17,6 +17,7 @@ from easyvideor1.config_tree import ConfigError, to_dict
 from easyvideor1.data.templates import render_prompt
 from easyvideor1.data.loading import load_samples
 from easyvideor1.algorithms import make_kl_controller
+from easyvideor1.algorithms.rollout_correction import resolve_rollout_correction
 from easyvideor1.models.families import Family, family_of
 from easyvideor1.models.loading import load_policy, load_processor, load_reference, resolve_dtype
 from easyvideor1.models.lora import ReferenceView, apply_lora, parameter_counts
@@ -26,6 +27,7 @@ from easyvideor1.models.shared_prefix import shared_prefix_blocker
 from easyvideor1.records import Sample
 from easyvideor1.rewards.batch import ScoringPool, score_batch
 from easyvideor1.prompts import PromptBuilder
+from easyvideor1.rollout.base import banned_token_ids
 from easyvideor1.rollout.hf_engine import HFEngine
 from easyvideor1.rollout.vllm_engine import VLLMEngine  # imports vllm only when one is built
 from easyvideor1.rollout.vllm_inputs import check_media_limits
@@ -206,10 +208,13 @@ def build_run(cfg: Config) -> Run:
                          chunk_size=cfg.training.logprob_chunk_size,
                          # log-probs of the distribution the engine sampled from (greedy: the raw one)
                          temperature=cfg.rollout.temperature if cfg.rollout.temperature > 0 else 1.0, device=device,
-                         pixel_dtype=compute_dtype)
+                         pixel_dtype=compute_dtype, banned_ids=tuple(banned_token_ids(processor.tokenizer)))
     if sp is not None:  # rows are split over the group's ranks: they must be packed rows
         ctx.padding_free, ctx.sequence_parallel = True, sp
     engine = make_engine(cfg, model, processor, family, spec, train_samples + val_samples)
+    correction, why = resolve_rollout_correction(cfg.algorithm.rollout_correction, cfg.rollout.engine)
+    log.info("rollout correction: %s (%s)%s", correction, why,
+             "" if correction == "none" else f", threshold C={cfg.algorithm.rollout_correction_threshold:g}")
     Path(cfg.logging.out_dir).mkdir(parents=True, exist_ok=True)
     sink = MetricsSink(cfg.logging.out_dir, cfg.logging.tensorboard, cfg.logging.wandb, cfg.logging.wandb_project,
                        config=to_dict(cfg) | {"shared_prefix_active": ctx.shared_prefix,
@@ -225,7 +230,7 @@ def build_run(cfg: Config) -> Run:
                scheduler=make_scheduler(optimizer, cfg), kl=make_kl_controller(cfg.algorithm),
                loader=PromptLoader(train_samples, cfg.training.rollout_batch_size, cfg.training.seed, cfg.data.shuffle),
                prompts=prompts, rollouts=rollouts, ctx=ctx, padding=prompts.empty(), val_samples=val_samples,
-               sink=sink, rank=rank, world=world, data=dp)
+               sink=sink, rank=rank, world=world, data=dp, rollout_correction=correction)
 
 
 def _end_token(processor) -> str:

@@ -138,7 +138,8 @@ def update_stage(run: Run, batch: RolloutBatch) -> dict[str, float]:
     t = run.cfg.training
     metrics = policy_update(run.model, run.optimizer, batch, run.cfg.algorithm, run.ctx, ppo_epochs=t.ppo_epochs,
                             n_mini=t.rollout_batch_size // t.mini_batch_size, grad_clip=t.grad_clip,
-                            max_len=run.cfg.rollout.max_tokens, kl_coef=run.kl.coef, reference=run.reference)
+                            max_len=run.cfg.rollout.max_tokens, kl_coef=run.kl.coef, reference=run.reference,
+                            correction=run.rollout_correction)
     if run.scheduler is not None:
         run.scheduler.step()
     return metrics

@@ -28,7 +28,9 @@ from easyvideor1.algorithms import POLICY_LOSSES, loss_normalizer
 from easyvideor1.algorithms.kl import k1_sums
 from easyvideor1.algorithms.policy_losses import METRIC_REDUCTIONS, LossInputs
 from easyvideor1.algorithms.config import AlgorithmConfig
+from easyvideor1.algorithms.rollout_correction import mismatch_row_stats, rollout_correction
 from easyvideor1.training.micro_batches import balance_metrics
+from easyvideor1.training.parity import MismatchMetrics
 from easyvideor1.training.sequences import ForwardContext, RolloutBatch, forward_logprobs, pass_micro_batches
 
 
@@ -104,12 +106,16 @@ class UpdateMetrics:
 
 def policy_update(model, optimizer: torch.optim.Optimizer, batch: RolloutBatch, algo: AlgorithmConfig,
                   ctx: ForwardContext, *, ppo_epochs: int, n_mini: int, grad_clip: float, max_len: int,
-                  kl_coef: float, generator: torch.Generator | None = None, reference=None) -> dict[str, float]:
+                  kl_coef: float, generator: torch.Generator | None = None, reference=None,
+                  correction: str = "none") -> dict[str, float]:
     """Run the PPO epochs on `batch` (ref log-probs and advantages already filled).
 
     `batch.old_log_probs` None means strictly on-policy (one epoch, one mini-batch): the
     current log-probs, detached, are the old ones. With a KL loss of kind `full`, each
     micro-batch's forward also runs `reference` (no gradient) for the exact per-token KL.
+    `correction` (a key of `ROLLOUT_CORRECTIONS`, `auto` resolved) weights each token's policy
+    loss by the old policy against the engine's log-probs; the `mismatch/*` metrics are logged
+    whatever it is (first epoch: the old and the engine's log-probs do not change across epochs).
     """
     if batch.old_log_probs is None and (ppo_epochs > 1 or n_mini > 1):
         raise ValueError("old log-probs are needed for more than one update per rollout batch")
@@ -120,7 +126,10 @@ def policy_update(model, optimizer: torch.optim.Optimizer, batch: RolloutBatch, 
     if full_kl_loss and reference is None:
         raise ValueError("kl_estimator 'full' with use_kl_loss needs the reference model in policy_update")
     planned = []  # every micro-batch run, for the balance metrics
-    for _ in range(ppo_epochs):
+    mismatch = MismatchMetrics()
+    known = batch.behaviour_known()  # [N, T]
+    modalities = [batch.prompts[g].modality for g in batch.group_ids.tolist()]
+    for epoch in range(ppo_epochs):
         for mini in mini_batches(batch, n_mini, generator):
             micros = pass_micro_batches(batch, mini, ctx)
             planned += micros
@@ -134,16 +143,19 @@ def policy_update(model, optimizer: torch.optim.Optimizer, batch: RolloutBatch, 
                 dev = logp.device
                 mask = batch.response_mask[idx].to(dev)
                 ref = batch.ref_log_probs[idx].to(dev) if batch.ref_log_probs is not None else None
+                old = logp.detach() if batch.old_log_probs is None else batch.old_log_probs[idx].to(dev)  # on-policy
+                corr = rollout_correction(old, batch.behaviour_log_probs[idx].to(dev), known[idx].to(dev), correction,
+                                          algo.rollout_correction_threshold, algo.rollout_correction_geometric)
                 inputs = LossInputs(
                     log_probs=logp,
-                    old_log_probs=(logp.detach() if batch.old_log_probs is None  # strictly on-policy
-                                   else batch.old_log_probs[idx].to(dev)),
+                    old_log_probs=old,
                     advantages=batch.advantages[idx].to(dev),
                     response_mask=mask,
                     entropy=ent,
                     ref_log_probs=ref,
                     full_kl=full_kl,
                     offline_mask=batch.offline[idx].to(dev),
+                    rollout_weights=corr.weights,
                 )
                 loss, metrics = POLICY_LOSSES[algo.policy_loss](inputs, algo, normalizer, kl_coef=kl_coef)
                 if mb.filler:  # the other ranks' collectives, no gradient
@@ -151,6 +163,8 @@ def policy_update(model, optimizer: torch.optim.Optimizer, batch: RolloutBatch, 
                     continue
                 loss.backward()
                 stats.add_micro(metrics, int(mask.sum()))
+                if epoch == 0:
+                    mismatch.add([modalities[i] for i in idx], mismatch_row_stats(corr).cpu())
                 if batch.old_log_probs is None and ref is not None:  # the policy-ref KL of this batch (k1)
                     total, tokens = k1_sums(logp.detach(), ref, mask)
                     stats.policy_ref_kl[0] += total
@@ -162,4 +176,4 @@ def policy_update(model, optimizer: torch.optim.Optimizer, batch: RolloutBatch, 
             else:
                 optimizer.zero_grad(set_to_none=True)
             stats.add_step(grad_norm)
-    return stats.result() | balance_metrics(planned)
+    return stats.result() | mismatch.result() | balance_metrics(planned)

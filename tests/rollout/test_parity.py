@@ -60,8 +60,8 @@ def test_report_by_hand(hf_tiny_dirs):
 
 def test_trainer_logprobs_against_hf_engine(hf_tiny):
     """Engine log-probs vs the trainer's pass (`sequence_logprobs` with our position ids) on
-    every modality: the only gap is the vision pad ban, log(1 - p(pads)) < 0.05 for random
-    tiny models, and it vanishes when the pads carry no probability."""
+    every modality: without the pads banned in the pass, the only gap is the vision pad ban,
+    log(1 - p(pads)) < 0.05 for random tiny models; with them banned (the loop's pass) none.""" 
     params = SamplingParams(temperature=0.8, max_tokens=6, seed=1)
     engine = HFEngine(hf_tiny.model, hf_tiny.processor, hf_tiny.family, hf_tiny.spec)
     prompts = hf_tiny.prompts()
@@ -88,3 +88,8 @@ def test_trainer_logprobs_against_hf_engine(hf_tiny):
     p_pads = (logits / params.temperature).softmax(-1)[:, engine.banned].sum(-1)
     gap = torch.tensor(r.logprobs) - fn([prompt], [r])[0]
     assert torch.allclose(gap, -torch.log1p(-p_pads), atol=1e-5)
+
+    # The loop's pass bans the pads as the engine does: no gap left.
+    banned = trainer_logprob_fn(hf_tiny.model, hf_tiny.family, hf_tiny.spec, hf_tiny.tokenizer.pad_token_id,
+                                params.logprob_temperature, banned_ids=tuple(engine.banned))
+    assert parity_report(prompts, rollouts, banned)["all"]["max_abs_gap"] < 1e-5

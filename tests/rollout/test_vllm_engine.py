@@ -128,6 +128,23 @@ def test_sampled_logprobs_follow_the_convention(setup):
             assert torch.allclose(torch.tensor(r.logprobs), expected, atol=TOL), prompt.sample.problem_id
 
 
+def test_rollout_logprobs_match_the_trainer(setup):
+    """What the rollout correction compares: vLLM's sampled-token log-probs (processed mode,
+    temperature 0.8) against the trainer's pass (vision pads banned, same temperature), within
+    the parity tolerance, so its ratios pi_old / pi_rollout are 1. One family is enough."""
+    tiny, engine = setup
+    if tiny.family.name != "qwen2_5_vl":
+        pytest.skip("one short case (qwen2_5_vl)")
+    params = SamplingParams(temperature=0.8, max_tokens=8, seed=5)
+    prompts = tiny.prompts()
+    out = engine.generate(prompts, 1, params)
+    fn = trainer_logprob_fn(tiny.model, tiny.family, tiny.spec, tiny.tokenizer.pad_token_id,
+                            params.logprob_temperature, banned_ids=tuple(engine.banned))
+    report = parity_report(prompts, out, fn)
+    assert report["all"]["tokens"] == sum(len(g[0].token_ids) for g in out) > 0
+    assert report["all"]["max_abs_gap"] < TOL, report
+
+
 def test_update_weights_changes_outputs_and_matches_hf(setup):
     tiny, engine = setup
     prompts = tiny.prompts()
