@@ -237,6 +237,8 @@ class Config:
 
     def __post_init__(self) -> None:
         t = self.training
+        if t.steps < 1:
+            raise ValueError(f"training.steps must be >= 1, got {t.steps}")
         if t.rollout_batch_size % t.mini_batch_size:
             raise ValueError(f"training.rollout_batch_size ({t.rollout_batch_size}) must be a multiple "
                              f"of training.mini_batch_size ({t.mini_batch_size})")
