@@ -10,6 +10,7 @@ nothing copies values between sections. `easyvideor1 train --help-config` lists 
 from __future__ import annotations
 
 import logging
+from importlib import resources
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -249,6 +250,11 @@ class Config:
             raise ValueError(f"training.sequence_parallel_size must be >= 1 (1: off), got {t.sequence_parallel_size}")
         if self.hybrid.enable and self.rollout.n < 2:
             raise ValueError("hybrid.enable needs rollout.n >= 2 (n-1 online responses + 1 offline)")
+
+
+def demo_config_path() -> str:
+    """The packaged config of `easyvideor1 demo` (configs/demo_cpu.yaml inside the package)."""
+    return str(resources.files("easyvideor1") / "configs" / "demo_cpu.yaml")
 
 
 def load_config(path: str | None = None, overrides: list[str] | None = None) -> Config:

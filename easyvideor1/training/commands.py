@@ -46,6 +46,16 @@ def _check_paths(cfg, command: str) -> None:
             arguments.input_folder("checkpoint.resume", cfg.checkpoint.resume, "a checkpoint folder, auto or never")
 
 
+def _missing(cfg) -> list[str]:
+    """What the defaults cannot supply: a model and training data."""
+    missing = []
+    if not cfg.model.path:
+        missing.append("model.path=DIR (a local HF-format model folder)")
+    if not cfg.data.train_files:
+        missing.append("data.train_files=FILE[,FILE...] (JSON, JSONL or Parquet samples)")
+    return missing
+
+
 def _train(args: argparse.Namespace) -> int:
     path, overrides = _split_config(args)
     from easyvideor1.config import Config, load_config  # this and the imports below import torch
@@ -90,14 +100,14 @@ def _export(args: argparse.Namespace) -> int:
     arguments.output_folder("--out", args.out)
     if args.checkpoint is not None:
         arguments.input_folder("--checkpoint", args.checkpoint, "a checkpoint folder of the run")
-    from easyvideor1.config import load_config  # this and the imports below import torch
-    from easyvideor1.training.checkpoint import list_checkpoints
-    from easyvideor1.training.export import export_checkpoint
+    from easyvideor1.config import load_config  # imports torch
 
     cfg = load_config(path, overrides)
     if not cfg.model.path:
         raise UserError("set model.path (the base model the run trained from)")
     _check_paths(cfg, "export")
+    from easyvideor1.training.checkpoint import list_checkpoints
+
     checkpoint = args.checkpoint
     if checkpoint is None:
         found = list_checkpoints(f"{cfg.logging.out_dir}/checkpoints")
@@ -105,6 +115,8 @@ def _export(args: argparse.Namespace) -> int:
             raise UserError(f"no checkpoint under {cfg.logging.out_dir}/checkpoints; give --checkpoint DIR "
                             "(or the run's logging.out_dir)")
         checkpoint = found[-1]
+    from easyvideor1.training.export import export_checkpoint  # imports transformers
+
     try:
         out = export_checkpoint(cfg, checkpoint, args.out, merge=args.merge)
     except (FileNotFoundError, ValueError) as e:  # a checkpoint that does not fit the config
@@ -121,10 +133,10 @@ def _demo(args: argparse.Namespace) -> int:
     for item in args.overrides:
         if "=" not in item:
             raise UserError(f"override {item!r}: write section.key=value, e.g. training.lr=1e-3")
-    from easyvideor1.config import load_config  # this and the import below import torch
-    from easyvideor1.training.demo import demo_config_path, run_demo
+    from easyvideor1.config import demo_config_path, load_config  # imports torch
 
     load_config(demo_config_path(), args.overrides)  # a wrong override fails here, before the model is built
+    from easyvideor1.training.demo import run_demo
     run_demo(args.out, steps=args.steps, hybrid=not args.no_hybrid, seed=args.seed,
              overrides=args.overrides, num_train=args.train_samples, num_val=args.val_samples)
     return 0
