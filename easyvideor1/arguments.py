@@ -4,14 +4,15 @@ Each check raises `UserError` with one line naming the argument, its value, what
 what to do; `cli.main` prefixes the command. The commands call these first, so a wrong path or
 number answers in a fraction of a second, not after a model or an engine has started.
 
-A model argument is a local folder: a value that exists, starts with `.`, `/` or `~`, or holds a
-path separator is checked as one and never reaches the hub's repo-id check.
+A model argument is a local folder, checked as one: no value ever reaches the hub's repo-id
+check (a missing `owner/name` gets the download command in its message).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
@@ -27,6 +28,7 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json")
 PROCESSOR_FILES = ("preprocessor_config.json", "processor_config.json", "video_preprocessor_config.json")
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                 "pytorch_model.bin.index.json")
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")  # owner/name, as the hub spells a repository
 TINY_HINT = "easyvideor1 tiny-model --family qwen2_5_vl --out DIR"
 
 
@@ -111,7 +113,8 @@ def model_folder(flag: str, value: str) -> str:
     model_type, a tokenizer, a processor config, weights); returns the family's name."""
     path = Path(value).expanduser()
     if not path.exists():
-        hint = "" if looks_local(value) else " (hub ids are not fetched: download the model to a folder first)"
+        hint = (f" (a hub id is not fetched: `huggingface-cli download {value} --local-dir DIR` first)"
+                if HUB_ID.fullmatch(value) else "")
         raise UserError(f"{flag} {value}: no such folder; give a local HF-format model folder{hint}, or "
                         f"build a tiny one with `{TINY_HINT}`")
     if not path.is_dir():

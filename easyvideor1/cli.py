@@ -31,10 +31,10 @@ COMMAND_MODULES = [
     "easyvideor1.curation.commands",  # pass-rate, trajectories
 ]
 
+DEBUG_ENV = "EASYVIDEOR1_DEBUG"  # set (not 0): a user error also prints its traceback, as --debug does
+
 # Worker processes or loading threads a command keeps busy beside its own torch threads
 # (`threads.apply` gives torch the cores left). None: that command's default (one per CPU).
-DEBUG_ENV = "EASYVIDEOR1_DEBUG"
-
 WORKERS = {
     "cache": lambda a: a.workers if a.workers is not None else threads.usable_cores(),
     "score": lambda a: a.workers if a.workers is not None else min(8, os.cpu_count() or 1),

@@ -119,7 +119,8 @@ CASES = [
     ("demo --out OUT training.stepz=1", "stepz", True),
     # eval
     ("eval --model /nonexistent --benchmarks DATA --out OUT", "--model /nonexistent: no such folder", False),
-    ("eval --model qwen-vl-local --benchmarks DATA --out OUT", "hub ids are not fetched", False),
+    ("eval --model Qwen/Qwen2.5-VL-7B-Instruct --benchmarks DATA --out OUT",
+     "huggingface-cli download Qwen/Qwen2.5-VL-7B-Instruct", False),
     ("eval --model EMPTY --benchmarks DATA --out OUT", "no config.json", False),
     ("eval --model FOREIGN --benchmarks DATA --out OUT", "'llama'", False),
     ("eval --model NOPROC --benchmarks DATA --out OUT", "no processor file", False),

@@ -8,6 +8,7 @@ from pathlib import Path
 from easyvideor1 import arguments
 from easyvideor1.errors import UserError
 from easyvideor1.evaluation.adapters import BENCHMARKS
+from easyvideor1.evaluation.adapters.base import ANNOTATION_DIRS
 from easyvideor1.evaluation.adapters.generic import FILE_SUFFIXES
 from easyvideor1.evaluation.compare import write_comparison
 from easyvideor1.evaluation.merge import merge_results
@@ -65,8 +66,11 @@ def _check_benchmarks(text: str, data_root: str | None) -> list[str]:
                                 "folder; give --data-root DIR (the folder holding them)")
             try:
                 bench.find_file(data_root)
-            except FileNotFoundError as e:
-                raise UserError(f"--benchmarks {name}: {e}") from None
+            except FileNotFoundError:
+                raise UserError(f"--benchmarks {name}: no annotation file of {bench.title} under --data-root "
+                                f"{data_root} (looked for {' or '.join(bench.files)} there and in "
+                                f"{', '.join(d + '/' for d in ANNOTATION_DIRS if d)}); put it there, or give "
+                                "--data-root the folder that holds it") from None
         elif name.lower().endswith(FILE_SUFFIXES) or arguments.looks_local(name):
             arguments.input_file("--benchmarks", name)
         else:
