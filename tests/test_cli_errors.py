@@ -141,7 +141,7 @@ CASES = [
     ("report EMPTY", "no settings.json", False),
     ("report RESULTS RESULTS", "--out", False),
     ("report RESULTS --out /proc/nope", "/proc/nope", False),
-    ("report RESULTS --compare /nonexistent", "/nonexistent", False),
+    ("report RESULTS --compare /nonexistent", "--compare /nonexistent", False),
     # pass-rate
     ("pass-rate --model /nonexistent --data DATA --out OUT", "/nonexistent", False),
     ("pass-rate --model MODEL --data nofile.jsonl --out OUT", "nofile.jsonl", False),
@@ -152,7 +152,8 @@ CASES = [
     ("pass-rate --model MODEL --data DATA --out OUT --vision max_framez=3", "max_framez", False),
     ("pass-rate --model MODEL --data DATA --out OUT --engine tgi", "'tgi'", False),
     # trajectories
-    ("trajectories --data DATA --out OUT/t.jsonl", "--teacher", False),
+    ("trajectories --data DATA --out OUT/t.jsonl", "give --teacher DIR", False),
+    ("trajectories --data DATA --out OUT/t.jsonl --teacher MODEL --endpoint http://host/v1", "only one", False),
     ("trajectories --data DATA --out OUT/t.jsonl --teacher /nonexistent", "--teacher /nonexistent", False),
     ("trajectories --data DATA --out OUT/t.jsonl --endpoint ftp://host --endpoint-model m", "ftp://host", False),
     ("trajectories --data DATA --out OUT/t.jsonl --endpoint http://host:8000/v1", "--endpoint-model", False),
@@ -217,3 +218,10 @@ def test_debug_shows_the_traceback_of_a_user_error(tmp_path):
         assert proc.returncode == 2
         assert "Traceback" in proc.stderr and "UserError" in proc.stderr
         assert proc.stderr.strip().splitlines()[-1].startswith("easyvideor1 export: config nofile.yaml")
+
+
+def test_a_message_over_several_lines_is_printed_on_one():
+    from easyvideor1.cli import one_line
+
+    assert one_line("bench.json: 2 bad record(s):\n  record 3: no answer\n  record 7: no video\nfix them.") == (
+        "bench.json: 2 bad record(s): record 3: no answer; record 7: no video; fix them.")

@@ -18,9 +18,11 @@ def _check(args: argparse.Namespace) -> None:
         if not 0.0 <= args.min < args.max <= 1.0:
             raise UserError(f"--min {args.min} --max {args.max}: need 0 <= --min < --max <= 1")
     else:
-        if bool(args.teacher) == bool(args.endpoint):
-            raise UserError("give either --teacher DIR (a local model) or --endpoint URL (an OpenAI-compatible "
-                            "server), not " + ("both" if args.teacher else "neither"))
+        if args.teacher and args.endpoint:
+            raise UserError(f"--teacher {args.teacher} and --endpoint {args.endpoint}: give only one of them")
+        if not args.teacher and not args.endpoint:
+            raise UserError("no teacher: give --teacher DIR (a local model) or --endpoint URL (an OpenAI-compatible "
+                            "server)")
         if args.teacher:
             family = arguments.model_folder("--teacher", args.teacher)
         elif not args.endpoint.startswith(("http://", "https://")):

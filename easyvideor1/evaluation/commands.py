@@ -18,8 +18,10 @@ from easyvideor1.evaluation.results import SETTINGS_FILE
 
 
 def _report(args: argparse.Namespace) -> int:
-    for folder in [*args.results_dir, *([args.compare] if args.compare else [])]:
-        _results_folder(folder)
+    for folder in args.results_dir:
+        _results_folder("RESULTS_DIR", folder)
+    if args.compare:
+        _results_folder("--compare", args.compare)
     if len(args.results_dir) > 1 and not args.out:
         raise UserError("several results folders (the shards of one run) need --out for the merged folder")
     if args.out:
@@ -44,11 +46,11 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
-def _results_folder(value: str) -> None:
+def _results_folder(flag: str, value: str) -> None:
     """`value` is a results folder of `easyvideor1 eval` (it holds settings.json)."""
-    arguments.input_folder("RESULTS_DIR", value, "the --out folder of an `easyvideor1 eval` run")
+    arguments.input_folder(flag, value, "the --out folder of an `easyvideor1 eval` run")
     if not (Path(value) / SETTINGS_FILE).is_file():
-        raise UserError(f"RESULTS_DIR {value}: no {SETTINGS_FILE}, so it is not a results folder of "
+        raise UserError(f"{flag} {value}: no {SETTINGS_FILE}, so it is not a results folder of "
                         "`easyvideor1 eval`; give the --out folder of an eval run")
 
 

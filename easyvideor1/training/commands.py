@@ -30,8 +30,8 @@ def _check_paths(cfg, command: str) -> None:
     """The run's folders and files exist (and are of the right kind) before any model loads."""
     family = arguments.model_folder("model.path", cfg.model.path)
     if command == "train" and family != cfg.vision.family:
-        raise UserError(f"model {cfg.model.path} is {family} but vision.family={cfg.vision.family}: the frame "
-                        f"sizes would not fit its grid; set vision.family={family}")
+        raise UserError(f"model.path {cfg.model.path} is a {family} model but vision.family={cfg.vision.family}: "
+                        f"the frame sizes would not fit its grid; set vision.family={family}")
     for key in ("train_files", "val_files") if command == "train" else ():
         for path in getattr(cfg.data, key):
             arguments.input_file(f"data.{key}", path)

@@ -68,4 +68,4 @@ def test_settings_error_is_one_message_without_traceback(tmp_path):
                            "vision.family=qwen3_vl"], capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 2, proc.stderr[-4000:]
     assert "Traceback" not in proc.stderr
-    assert "easyvideor1 train: model" in proc.stderr and "set vision.family=qwen2_5_vl" in proc.stderr
+    assert "easyvideor1 train: model.path" in proc.stderr and "set vision.family=qwen2_5_vl" in proc.stderr
