@@ -6,7 +6,7 @@ import argparse
 
 from easyvideor1 import arguments
 from easyvideor1.models.families import MODEL_FAMILIES
-from easyvideor1.models.tiny import SIZES
+from easyvideor1.models.tiny import SIZES, build_tiny_model
 
 
 def register(subparsers) -> None:
@@ -27,8 +27,6 @@ def _run(args) -> int:
     """Build the model and print where it went."""
     arguments.output_folder("--out", args.out)
     arguments.at_least(0, seed=args.seed)
-    from easyvideor1.models.tiny import build_tiny_model  # imports torch and transformers
-
     out = build_tiny_model(args.family, args.out, seed=args.seed, size=args.size)
     print(f"wrote {args.family} ({args.size}, seed {args.seed}) to {out}")
     return 0
