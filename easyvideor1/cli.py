@@ -4,6 +4,10 @@ Each subcommand lives next to the code it drives, in a module exposing
 `register(subparsers)`, which adds its parser and sets `func`. Modules are listed here and
 imported only when the command line is parsed, so `--help` stays fast. Before a command runs,
 `threads.apply` sets the threading policy (no module imports torch before that).
+
+A user error (`UserError`, raised anywhere, or a wrong argument argparse finds) is one line on
+stderr, `easyvideor1 COMMAND: ...`, and exit status 2; any other exception is a bug and keeps its
+traceback. `--debug` (or EASYVIDEOR1_DEBUG=1) shows the traceback of a user error too.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import argparse
 import importlib
 import os
 import sys
+import traceback
 
 from easyvideor1 import threads
 from easyvideor1.errors import UserError
@@ -26,6 +31,8 @@ COMMAND_MODULES = [
     "easyvideor1.curation.commands",  # pass-rate, trajectories
 ]
 
+DEBUG_ENV = "EASYVIDEOR1_DEBUG"  # set (not 0): a user error also prints its traceback, as --debug does
+
 # Worker processes or loading threads a command keeps busy beside its own torch threads
 # (`threads.apply` gives torch the cores left). None: that command's default (one per CPU).
 WORKERS = {
@@ -37,15 +44,26 @@ WORKERS = {
 }
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, with its errors on one line (the usage is one `--help` away)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: {message} (see `{self.prog} --help`)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="easyvideor1",
         description="RL post-training and fast evaluation of video-understanding VLMs.",
         epilog=threads.HELP,
     )
+    parser.add_argument("--debug", action="store_true",
+                        help=f"show the traceback of a user error too (or set {DEBUG_ENV}=1)")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(subparsers)
+    for sub in subparsers.choices.values():  # also after the command; SUPPRESS keeps a global --debug
+        sub.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     return parser
 
 
@@ -57,8 +75,17 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except UserError as e:  # bad input or settings: the message says what to do, no traceback
-        print(f"easyvideor1 {args.command}: {e}", file=sys.stderr)
+        if args.debug or os.environ.get(DEBUG_ENV, "") not in ("", "0"):
+            traceback.print_exc()
+        print(f"easyvideor1 {args.command}: {one_line(str(e))}", file=sys.stderr)
         return 2
+
+
+def one_line(message: str) -> str:
+    """A message that lists things over several lines, joined into one."""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    return " ".join(line if line.endswith(":") or i == len(lines) - 1 else line.rstrip(".;") + ";"
+                    for i, line in enumerate(lines))
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ nothing copies values between sections. `easyvideor1 train --help-config` lists 
 from __future__ import annotations
 
 import logging
+from importlib import resources
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -237,6 +238,8 @@ class Config:
 
     def __post_init__(self) -> None:
         t = self.training
+        if t.steps < 1:
+            raise ValueError(f"training.steps must be >= 1, got {t.steps}")
         if t.rollout_batch_size % t.mini_batch_size:
             raise ValueError(f"training.rollout_batch_size ({t.rollout_batch_size}) must be a multiple "
                              f"of training.mini_batch_size ({t.mini_batch_size})")
@@ -247,6 +250,11 @@ class Config:
             raise ValueError(f"training.sequence_parallel_size must be >= 1 (1: off), got {t.sequence_parallel_size}")
         if self.hybrid.enable and self.rollout.n < 2:
             raise ValueError("hybrid.enable needs rollout.n >= 2 (n-1 online responses + 1 offline)")
+
+
+def demo_config_path() -> str:
+    """The packaged config of `easyvideor1 demo` (configs/demo_cpu.yaml inside the package)."""
+    return str(resources.files("easyvideor1") / "configs" / "demo_cpu.yaml")
 
 
 def load_config(path: str | None = None, overrides: list[str] | None = None) -> Config:

@@ -121,7 +121,10 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
         if "=" not in item:
             raise ConfigError(f"override {item!r} must look like section.key=value")
         dotted, raw = item.split("=", 1)
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError as e:
+            raise ConfigError(f"override {item!r}: the value is not valid YAML ({_first_line(e)})") from None
         node = data
         *parents, last = dotted.strip().split(".")
         for p in parents:
@@ -134,11 +137,20 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
 
 def read_yaml(path: str) -> dict[str, Any]:
     """A YAML config file as nested dicts."""
-    with open(path, encoding="utf-8") as f:
-        data = yaml.safe_load(f) or {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = yaml.safe_load(f) or {}
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path}: not a valid YAML config ({_first_line(e)}); give a YAML file like those "
+                          "in configs/") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of sections")
     return data
+
+
+def _first_line(error: Exception) -> str:
+    """A parser error's first line (YAML errors span several, with a code excerpt)."""
+    return " ".join(str(error).split("\n")[:2]).strip()
 
 
 def load(cls: type, path: str | None = None, overrides: list[str] | None = None) -> Any:

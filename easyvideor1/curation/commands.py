@@ -4,23 +4,53 @@ from __future__ import annotations
 
 import argparse
 
+from easyvideor1 import arguments
+from easyvideor1.curation.frame_budget import vision_config
+from easyvideor1.errors import UserError
+
+
+def _check(args: argparse.Namespace) -> None:
+    """Every argument of `pass-rate` / `trajectories`, before any model loads or engine starts."""
+    family = None
+    if args.command == "pass-rate":
+        family = arguments.model_folder("--model", args.model)
+        arguments.output_folder("--out", args.out)
+        if not 0.0 <= args.min < args.max <= 1.0:
+            raise UserError(f"--min {args.min} --max {args.max}: need 0 <= --min < --max <= 1")
+    else:
+        if args.teacher and args.endpoint:
+            raise UserError(f"--teacher {args.teacher} and --endpoint {args.endpoint}: give only one of them")
+        if not args.teacher and not args.endpoint:
+            raise UserError("no teacher: give --teacher DIR (a local model) or --endpoint URL (an OpenAI-compatible "
+                            "server)")
+        if args.teacher:
+            family = arguments.model_folder("--teacher", args.teacher)
+        elif not args.endpoint.startswith(("http://", "https://")):
+            raise UserError(f"--endpoint {args.endpoint}: not an http(s) URL; give e.g. http://host:8000/v1")
+        elif not args.endpoint_model:
+            raise UserError(f"--endpoint {args.endpoint} needs --endpoint-model NAME (the model the server serves)")
+        arguments.output_file("--out", args.out)
+        arguments.within(0, 1, min_accuracy=args.min_accuracy)
+        arguments.at_least(0, retries=args.retries, backoff=args.backoff)
+        arguments.above(0, timeout=args.timeout)
+    arguments.input_file("--data", args.data)
+    arguments.input_folder("--data-root", args.data_root, "the folder relative media paths resolve against")
+    arguments.run_flags(args)
+    arguments.at_least(1, k=args.k)
+    arguments.at_least(0, temperature=args.temperature, max_tokens=args.max_tokens, seed=args.seed,
+                       score_workers=args.score_workers)
+    arguments.above(0, top_p=args.top_p, score_timeout=args.score_timeout)
+    arguments.within(0, 1, top_p=args.top_p)
+    vision_config(args.preset, family, tuple(args.vision))
+
 
 def _sampling(args: argparse.Namespace):
-    """Sampling parameters, and the numeric options checked before any model loads."""
+    """Sampling parameters (the response limit defaults to the preset's)."""
     from easyvideor1.evaluation.presets import get_preset
     from easyvideor1.rollout.base import SamplingParams
 
-    try:
-        if args.k < 1:
-            raise ValueError(f"--k must be >= 1, got {args.k}")
-        if args.command == "pass-rate" and not 0.0 <= args.min < args.max <= 1.0:
-            raise ValueError(f"need 0 <= --min ({args.min}) < --max ({args.max}) <= 1")
-        if args.command == "trajectories" and not 0.0 <= args.min_accuracy <= 1.0:
-            raise ValueError(f"--min-accuracy must lie in [0, 1], got {args.min_accuracy}")
-        max_tokens = args.max_tokens or get_preset(args.preset).sampling.max_new_tokens
-        return SamplingParams(temperature=args.temperature, top_p=args.top_p, max_tokens=max_tokens, seed=args.seed)
-    except ValueError as e:
-        raise SystemExit(f"easyvideor1 {args.command}: {e}") from None
+    max_tokens = args.max_tokens or get_preset(args.preset).sampling.max_new_tokens
+    return SamplingParams(temperature=args.temperature, top_p=args.top_p, max_tokens=max_tokens, seed=args.seed)
 
 
 def _options(args: argparse.Namespace):
@@ -47,6 +77,7 @@ def _media_note(data: str, data_root: str | None, out_dir) -> str | None:
 
 
 def _pass_rate(args: argparse.Namespace) -> int:
+    _check(args)
     import logging
 
     from easyvideor1.curation.pass_rate import pass_rate, pass_rate_table  # imports torch
@@ -54,7 +85,7 @@ def _pass_rate(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     source_options, run_options = _options(args)
-    params = _sampling(args)  # checked before the model loads
+    params = _sampling(args)
     source = local_source(args.model, args.engine, source_options)
     summary = pass_rate(args.data, args.out, source, params, args.k, args.data_root, args.min, args.max, run_options)
     print(pass_rate_table(summary))
@@ -67,6 +98,7 @@ def _pass_rate(args: argparse.Namespace) -> int:
 
 
 def _trajectories(args: argparse.Namespace) -> int:
+    _check(args)
     import logging
     from pathlib import Path
 
@@ -75,10 +107,6 @@ def _trajectories(args: argparse.Namespace) -> int:
     from easyvideor1.curation.trajectories import rejected_path, trajectories, trajectories_table  # imports torch
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    if bool(args.teacher) == bool(args.endpoint):
-        raise SystemExit("easyvideor1 trajectories: give either --teacher DIR or --endpoint URL")
-    if args.endpoint and not args.endpoint_model:
-        raise SystemExit("easyvideor1 trajectories: --endpoint needs --endpoint-model NAME")
     source_options, run_options = _options(args)
     params = _sampling(args)
     if args.endpoint:

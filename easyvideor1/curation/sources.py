@@ -11,16 +11,15 @@ preset (`evaluation.presets`), re-targeted to the model's family, with `--vision
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
 from easyvideor1.curation.endpoint import EndpointBackend, EndpointConfig, chat_request
+from easyvideor1.curation.frame_budget import vision_config
 from easyvideor1.data.templates import render_prompt
 from easyvideor1.errors import UserError
 from easyvideor1.evaluation.pipeline import AsyncEngineBackend, Backend, HFBatchBackend, Item, Prepare
-from easyvideor1.evaluation.presets import get_preset
 from easyvideor1.evaluation.settings import template_digest
 from easyvideor1.models.families import family_of
 from easyvideor1.models.loading import load_policy, load_processor
@@ -62,30 +61,6 @@ class Source:
     prepare: Prepare
     settings: dict[str, Any]
     """What changes the responses (written to settings.json, checked on resume)."""
-
-
-def vision_config(preset: str, family: str | None, overrides: tuple[str, ...]) -> VisionConfig:
-    """The preset's frame budget, for `family`, with `field=value` overrides (typed by the field)."""
-    try:
-        base = get_preset(preset).vision
-    except ValueError as e:
-        raise UserError(str(e)) from None
-    types = {f.name: f.type for f in dataclasses.fields(VisionConfig)}
-    changes: dict[str, Any] = {"family": family} if family else {}
-    for item in overrides:
-        key, sep, value = item.partition("=")
-        if not sep or key not in types:
-            raise UserError(f"--vision {item!r}: expected field=value with a field of VisionConfig "
-                            f"({', '.join(types)})")
-        cast = {"int": int, "float": float}.get(str(types[key]), str)
-        try:
-            changes[key] = cast(value)
-        except ValueError:
-            raise UserError(f"--vision {item!r}: {key} takes a {cast.__name__}") from None
-    try:
-        return dataclasses.replace(base, **changes)
-    except ValueError as e:
-        raise UserError(f"--vision: {e}") from None
 
 
 def _common_settings(vision: VisionConfig, o: SourceOptions) -> dict[str, Any]:

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import argparse
 
+from easyvideor1 import arguments
 from easyvideor1.data.synth import write_suite
 
 
 def _synth(args: argparse.Namespace) -> int:
+    arguments.output_folder("--out", args.out)
+    arguments.at_least(0, num_train=args.num_train, num_val=args.num_val, seed=args.seed)
     paths = write_suite(args.out, num_train=args.num_train, num_val=args.num_val, seed=args.seed)
     print(f"wrote {args.num_train} train and {args.num_val} val samples:")
     for split, path in paths.items():
@@ -16,6 +19,8 @@ def _synth(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
+    arguments.input_file("FILE", args.file)
+    arguments.input_folder("--data-root", args.data_root, "the folder relative media paths resolve against")
     from easyvideor1.data.checks import check_file, print_report  # imports torch (decoders)
 
     report = check_file(args.file, data_root=args.data_root, open_media=not args.no_media)

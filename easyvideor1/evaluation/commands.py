@@ -3,21 +3,32 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
+from easyvideor1 import arguments
+from easyvideor1.errors import UserError
+from easyvideor1.evaluation.adapters import BENCHMARKS
+from easyvideor1.evaluation.adapters.base import ANNOTATION_DIRS
+from easyvideor1.evaluation.adapters.generic import FILE_SUFFIXES
 from easyvideor1.evaluation.compare import write_comparison
 from easyvideor1.evaluation.merge import merge_results
 from easyvideor1.evaluation.presets import EVAL_PRESETS, Overrides
 from easyvideor1.evaluation.report import markdown, summarize_run, write_report
-from easyvideor1.evaluation.results import SettingsMismatch
+from easyvideor1.evaluation.results import SETTINGS_FILE
 
 
 def _report(args: argparse.Namespace) -> int:
+    for folder in args.results_dir:
+        _results_folder("RESULTS_DIR", folder)
+    if args.compare:
+        _results_folder("--compare", args.compare)
+    if len(args.results_dir) > 1 and not args.out:
+        raise UserError("several results folders (the shards of one run) need --out for the merged folder")
+    if args.out:
+        arguments.output_folder("--out", args.out)
     try:
         results_dir = args.results_dir[0]
         if len(args.results_dir) > 1:  # shards of one run: merge first
-            if not args.out:
-                print("error: several results folders (shards) need --out for the merged folder")
-                return 1
             counts = merge_results(args.results_dir, args.out)
             print(f"merged {len(args.results_dir)} shards into {args.out}: "
                   + ", ".join(f"{k} {v} rows" for k, v in counts.items()))
@@ -28,15 +39,63 @@ def _report(args: argparse.Namespace) -> int:
             from easyvideor1.vision.cache import FrameSource  # imports torch: the page's frame thumbnails
 
             paths = write_report(results_dir, args.out, make_source=FrameSource)
-    except (SettingsMismatch, FileNotFoundError, ValueError) as e:
-        print(f"error: {e}")
-        return 1
+    except (FileNotFoundError, ValueError) as e:  # folders that cannot be merged or compared
+        raise UserError(str(e)) from e
     print(paths[0].read_text(encoding="utf-8"))
     print("wrote " + ", ".join(str(p) for p in paths))
     return 0
 
 
+def _results_folder(flag: str, value: str) -> None:
+    """`value` is a results folder of `easyvideor1 eval` (it holds settings.json)."""
+    arguments.input_folder(flag, value, "the --out folder of an `easyvideor1 eval` run")
+    if not (Path(value) / SETTINGS_FILE).is_file():
+        raise UserError(f"{flag} {value}: no {SETTINGS_FILE}, so it is not a results folder of "
+                        "`easyvideor1 eval`; give the --out folder of an eval run")
+
+
+def _check_benchmarks(text: str, data_root: str | None) -> list[str]:
+    """The benchmark names and sample files of `--benchmarks`, each known or present, and the
+    annotation file of each registered one found under `--data-root`."""
+    names = [b.strip() for b in text.split(",") if b.strip()]
+    if not names:
+        raise UserError(f"--benchmarks {text!r}: empty; give comma-separated names or sample files")
+    for name in names:
+        if name in BENCHMARKS:
+            bench = BENCHMARKS[name]
+            if data_root is None:
+                raise UserError(f"--benchmarks {name}: {bench.title} reads its annotation file and videos from a "
+                                "folder; give --data-root DIR (the folder holding them)")
+            try:
+                bench.find_file(data_root)
+            except FileNotFoundError:
+                raise UserError(f"--benchmarks {name}: no annotation file of {bench.title} under --data-root "
+                                f"{data_root} (looked for {' or '.join(bench.files)} there and in "
+                                f"{', '.join(d + '/' for d in ANNOTATION_DIRS if d)}); put it there, or give "
+                                "--data-root the folder that holds it") from None
+        elif name.lower().endswith(FILE_SUFFIXES) or arguments.looks_local(name):
+            arguments.input_file("--benchmarks", name)
+        else:
+            raise UserError(f"--benchmarks {name!r}: unknown benchmark; choose from {', '.join(BENCHMARKS)}, "
+                            "or give the path of a .json/.jsonl/.parquet sample file")
+    return names
+
+
 def _eval(args: argparse.Namespace) -> int:
+    arguments.model_folder("--model", args.model)
+    arguments.input_folder("--data-root", args.data_root, "the folder holding the benchmark files and videos")
+    benchmarks = _check_benchmarks(args.benchmarks, args.data_root)
+    arguments.output_folder("--out", args.out)
+    arguments.run_flags(args)
+    arguments.at_least(1, max_new_tokens=args.max_new_tokens, max_frames=args.max_frames,
+                       video_max_pixels=args.video_max_pixels, image_max_pixels=args.image_max_pixels,
+                       judge_concurrency=args.judge_concurrency, data_parallel=args.data_parallel,
+                       max_model_len=args.max_model_len, tensor_parallel_size=args.tensor_parallel_size)
+    arguments.at_least(0, max_samples=args.max_samples, judge_retries=args.judge_retries)
+    arguments.above(0, fps=args.fps, gpu_memory_utilization=args.gpu_memory_utilization)
+    arguments.within(0, 1, gpu_memory_utilization=args.gpu_memory_utilization)
+    if args.judge_endpoint and not args.judge_model:
+        raise UserError(f"--judge-endpoint {args.judge_endpoint} needs --judge-model NAME (the judge's model name)")
     import logging
 
     from easyvideor1.evaluation.evaluator import Evaluator, options_from  # imports torch
@@ -54,18 +113,13 @@ def _eval(args: argparse.Namespace) -> int:
                            data_parallel=args.data_parallel)
     overrides = Overrides(max_new_tokens=args.max_new_tokens, fps=args.fps, max_frames=args.max_frames,
                           video_max_pixels=args.video_max_pixels, image_max_pixels=args.image_max_pixels)
-    benchmarks = [b for b in args.benchmarks.split(",") if b]
-    try:
-        if options.data_parallel > 1:
-            from easyvideor1.evaluation.parallel import run_data_parallel
+    if options.data_parallel > 1:
+        from easyvideor1.evaluation.parallel import run_data_parallel
 
-            run_data_parallel(args.model, args.engine, args.preset, options, benchmarks, overrides)
-        else:
-            Evaluator(args.model, engine=args.engine, preset=args.preset, options=options,
-                      overrides=overrides).run(benchmarks)
-    except SettingsMismatch as e:
-        print(f"error: {e}")
-        return 1
+        run_data_parallel(args.model, args.engine, args.preset, options, benchmarks, overrides)
+    else:  # a SettingsMismatch (another run's settings in --out) is a UserError
+        Evaluator(args.model, engine=args.engine, preset=args.preset, options=options,
+                  overrides=overrides).run(benchmarks)
     print(markdown(summarize_run(args.out)))
     return 0
 

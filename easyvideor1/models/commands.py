@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from easyvideor1 import arguments
 from easyvideor1.models.families import MODEL_FAMILIES
 from easyvideor1.models.tiny import SIZES, build_tiny_model
 
@@ -24,6 +25,8 @@ def register(subparsers) -> None:
 
 def _run(args) -> int:
     """Build the model and print where it went."""
+    arguments.output_folder("--out", args.out)
+    arguments.at_least(0, seed=args.seed)
     out = build_tiny_model(args.family, args.out, seed=args.seed, size=args.size)
     print(f"wrote {args.family} ({args.size}, seed {args.seed}) to {out}")
     return 0

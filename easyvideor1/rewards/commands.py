@@ -17,11 +17,17 @@ import json
 import sys
 from pathlib import Path
 
+from easyvideor1 import arguments
 from easyvideor1.data.loading import LoadResult, load_records, read_records
+from easyvideor1.errors import UserError
 from easyvideor1.records import Sample
 from easyvideor1.rewards.batch import metrics_by_type, score_batch
 from easyvideor1.rewards.config import RewardConfig
 from easyvideor1.rewards.dispatch import canonical_type
+
+
+class ResponsesError(UserError, ValueError):
+    """A responses file that cannot be matched to its samples."""
 
 
 def read_responses(path: Path) -> list[dict]:
@@ -29,9 +35,9 @@ def read_responses(path: Path) -> list[dict]:
     rows = []
     for index, raw in read_records(path):
         if isinstance(raw, str):
-            raise ValueError(f"{path}: {raw}")
+            raise ResponsesError(f"{path}: {raw}")
         if not isinstance(raw, dict) or "response" not in raw:
-            raise ValueError(f"{path}: record {index} needs a `response` field")
+            raise ResponsesError(f"{path}: record {index} needs a `response` field")
         rows.append(raw)
     return rows
 
@@ -41,15 +47,15 @@ def match_responses(samples: list[Sample], responses: list[dict], where: str) ->
     if all("problem_id" in r for r in responses):
         by_id = {str(r["problem_id"]): str(r["response"]) for r in responses}
         if len(by_id) != len(responses):
-            raise ValueError(f"{where}: duplicate problem_id values; drop the ids to match by line")
+            raise ResponsesError(f"{where}: duplicate problem_id values; drop the ids to match by line")
         missing = [s.problem_id for s in samples if s.problem_id not in by_id]
         if missing:
-            raise ValueError(
+            raise ResponsesError(
                 f"{where}: no response for problem_id {missing[:5]} ({len(missing)} missing)"
             )
         return [by_id[s.problem_id] for s in samples]
     if len(responses) != len(samples):
-        raise ValueError(
+        raise ResponsesError(
             f"{where}: {len(responses)} responses without ids for {len(samples)} samples"
         )
     return [str(r["response"]) for r in responses]
@@ -58,6 +64,14 @@ def match_responses(samples: list[Sample], responses: list[dict], where: str) ->
 def _run(args: argparse.Namespace) -> int:
     """Score, write one RewardResult per line, print metrics per problem_type. A bad record (or
     one of an unknown problem_type) gets a line with its error instead; the others are scored."""
+    arguments.input_file("--data", args.data)
+    arguments.input_file("--responses", args.responses, 'a JSONL file of {"problem_id": ..., "response": ...}',
+                         (".jsonl", ".json"))
+    out = Path(args.out) if args.out else Path(args.responses).with_suffix(".scores.jsonl")
+    arguments.output_file("--out", str(out))
+    arguments.at_least(0, workers=args.workers)
+    arguments.above(0, timeout=args.timeout)
+    arguments.within(0, 1, format_weight=args.format_weight)
     loaded = load_records(args.data)
     responses_path = Path(args.responses)
     # Matched before any record is set aside, so that matching by line keeps its alignment.
@@ -67,7 +81,6 @@ def _run(args: argparse.Namespace) -> int:
         think=args.think, format_weight=args.format_weight, accuracy_weight=1 - args.format_weight
     )
     results = score_batch(responses, samples, cfg, workers=args.workers, timeout_s=args.timeout)
-    out = Path(args.out) if args.out else responses_path.with_suffix(".scores.jsonl")
     with out.open("w", encoding="utf-8") as f:
         for sample, result in zip(samples, results):
             row = {"problem_id": sample.problem_id, "problem_type": sample.problem_type}

@@ -6,18 +6,44 @@ import argparse
 import logging
 from pathlib import Path
 
-from easyvideor1 import config_tree
+from easyvideor1 import arguments, config_tree
 from easyvideor1.data.synth import DEMO_TRAIN, DEMO_VAL
+from easyvideor1.errors import UserError
 
 
 def _split_config(args: argparse.Namespace) -> tuple[str | None, list[str]]:
-    """(YAML file or None, overrides): a first argument with `=` that is no file is an override."""
-    if args.config and "=" in args.config and not Path(args.config).is_file():
-        return None, [args.config, *args.overrides]
-    if args.config and not Path(args.config).is_file():
-        raise SystemExit(f"easyvideor1 train: no config file {args.config} (give a YAML file from configs/, "
-                         "or only section.key=value overrides)")
-    return args.config, list(args.overrides)
+    """(YAML file or None, overrides): a first argument with `=` that is no file is an override.
+    Checked before torch loads: the config is a YAML file, each override is section.key=value."""
+    config, overrides = args.config, list(args.overrides)
+    if config and "=" in config and not Path(config).is_file():
+        config, overrides = None, [config, *overrides]
+    if config:
+        arguments.input_file("config", config, "a YAML config (see configs/), or only section.key=value overrides",
+                             arguments.CONFIG_SUFFIXES)
+    for item in overrides:
+        if "=" not in item:
+            raise UserError(f"override {item!r}: write section.key=value (--help-config lists every field)")
+    return config, overrides
+
+
+def _check_paths(cfg, command: str) -> None:
+    """The run's folders and files exist (and are of the right kind) before any model loads."""
+    family = arguments.model_folder("model.path", cfg.model.path)
+    if command == "train" and family != cfg.vision.family:
+        raise UserError(f"model.path {cfg.model.path} is a {family} model but vision.family={cfg.vision.family}: "
+                        f"the frame sizes would not fit its grid; set vision.family={family}")
+    for key in ("train_files", "val_files") if command == "train" else ():
+        for path in getattr(cfg.data, key):
+            arguments.input_file(f"data.{key}", path)
+    for key in ("data_root", "template_dir"):
+        arguments.input_folder(f"data.{key}", getattr(cfg.data, key))
+    if cfg.data.cache_mode == "cache_only":
+        arguments.input_folder("data.cache_dir", cfg.data.cache_dir or "",
+                               "the frame cache `easyvideor1 cache` built (data.cache_mode=cache_only needs it)")
+    if command == "train":
+        arguments.output_folder("logging.out_dir", cfg.logging.out_dir)
+        if cfg.checkpoint.resume not in ("auto", "never"):
+            arguments.input_folder("checkpoint.resume", cfg.checkpoint.resume, "a checkpoint folder, auto or never")
 
 
 def _missing(cfg) -> list[str]:
@@ -31,21 +57,19 @@ def _missing(cfg) -> list[str]:
 
 
 def _train(args: argparse.Namespace) -> int:
+    path, overrides = _split_config(args)
     from easyvideor1.config import Config, load_config  # this and the imports below import torch
 
     if args.help_config:
         print("\n".join(config_tree.describe(Config)))
         return 0
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    path, overrides = _split_config(args)
-    try:
-        cfg = load_config(path, overrides)
-    except config_tree.ConfigError as e:
-        raise SystemExit(f"easyvideor1 train: {e}") from None
+    cfg = load_config(path, overrides)  # a ConfigError names the field
     missing = _missing(cfg)
     if missing:
-        raise SystemExit("easyvideor1 train: set " + " and ".join(missing) +
-                         (f" in {path} or" if path else "") + " on the command line (--help-config lists every field)")
+        raise UserError("set " + " and ".join(missing) + (f" in {path} or" if path else "") +
+                        " on the command line (--help-config lists every field)")
+    _check_paths(cfg, "train")
     from easyvideor1.training.export import export_adapter, export_hf
     from easyvideor1.training.report import write_training_report
     from easyvideor1.training.setup import build_run
@@ -72,36 +96,47 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from easyvideor1.config import load_config  # this and the imports below import torch
-    from easyvideor1.training.checkpoint import list_checkpoints
-    from easyvideor1.training.export import export_checkpoint
-
     path, overrides = _split_config(args)
-    try:
-        cfg = load_config(path, overrides)
-    except config_tree.ConfigError as e:
-        raise SystemExit(f"easyvideor1 export: {e}") from None
+    arguments.output_folder("--out", args.out)
+    if args.checkpoint is not None:
+        arguments.input_folder("--checkpoint", args.checkpoint, "a checkpoint folder of the run")
+    from easyvideor1.config import load_config  # imports torch
+
+    cfg = load_config(path, overrides)
     if not cfg.model.path:
-        raise SystemExit("easyvideor1 export: set model.path (the base model the run trained from)")
+        raise UserError("set model.path (the base model the run trained from)")
+    _check_paths(cfg, "export")
+    from easyvideor1.training.checkpoint import list_checkpoints
+
     checkpoint = args.checkpoint
     if checkpoint is None:
         found = list_checkpoints(f"{cfg.logging.out_dir}/checkpoints")
         if not found:
-            raise SystemExit(f"easyvideor1 export: no checkpoint under {cfg.logging.out_dir}/checkpoints; "
-                             "give --checkpoint DIR")
+            raise UserError(f"no checkpoint under {cfg.logging.out_dir}/checkpoints; give --checkpoint DIR "
+                            "(or the run's logging.out_dir)")
         checkpoint = found[-1]
+    from easyvideor1.training.export import export_checkpoint  # imports transformers
+
     try:
         out = export_checkpoint(cfg, checkpoint, args.out, merge=args.merge)
-    except (FileNotFoundError, ValueError) as e:
-        raise SystemExit(f"easyvideor1 export: {e}") from None
+    except (FileNotFoundError, ValueError) as e:  # a checkpoint that does not fit the config
+        raise UserError(str(e)) from e
     kind = "HF model" if args.merge or not cfg.model.lora.rank else "PEFT adapter"
     print(f"{kind}: {out}")
     return 0
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from easyvideor1.training.demo import run_demo  # imports torch
+    arguments.output_folder("--out", args.out)
+    arguments.at_least(1, steps=args.steps, train_samples=args.train_samples, val_samples=args.val_samples)
+    arguments.at_least(0, seed=args.seed)
+    for item in args.overrides:
+        if "=" not in item:
+            raise UserError(f"override {item!r}: write section.key=value, e.g. training.lr=1e-3")
+    from easyvideor1.config import demo_config_path, load_config  # imports torch
 
+    load_config(demo_config_path(), args.overrides)  # a wrong override fails here, before the model is built
+    from easyvideor1.training.demo import run_demo
     run_demo(args.out, steps=args.steps, hybrid=not args.no_hybrid, seed=args.seed,
              overrides=args.overrides, num_train=args.train_samples, num_val=args.val_samples)
     return 0

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from easyvideor1.config import load_config
+from easyvideor1.config import demo_config_path, load_config
 from easyvideor1.data.loading import load_samples
 from easyvideor1.data.synth import CHANCE, DEMO_TRAIN, DEMO_TRAIN_MIX, DEMO_VAL, TASKS, write_suite
 from easyvideor1.models.tiny import build_tiny_model
@@ -30,10 +30,6 @@ LIMIT_MINUTES = 15.0  # the whole demo on a 2-core CPU; the ETA warns past it
 ETA_FIRST = 20  # steps measured before the first ETA
 GROUNDING = ("when", "where")
 CLASSIFICATION = ("colour", "motion", "count", "presence", "image_colour", "image_count")
-
-
-def demo_config_path() -> str:
-    return str(resources.files("easyvideor1") / "configs" / "demo_cpu.yaml")
 
 
 def demo_template_path() -> str:

@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
-import sys
 
-from easyvideor1.data.loading import DataError, load_records
+from easyvideor1 import arguments
+from easyvideor1.data.loading import load_records
+from easyvideor1.errors import UserError
 from easyvideor1.evaluation.presets import EVAL_PRESETS, get_preset
+from easyvideor1.models.families import MODEL_FAMILIES
 from easyvideor1.vision.config import BACKENDS, CACHE_FLAGS, VisionConfig
 
 
@@ -59,29 +61,34 @@ def config_from_args(args: argparse.Namespace) -> VisionConfig:
 
 
 def _run(args: argparse.Namespace) -> int:
-    """Load the samples, build the cache, print the summary."""
+    """Check the arguments, load the samples, build the cache, print the summary."""
+    arguments.input_file("--data", args.data)
+    arguments.output_folder("--out", args.out)
+    arguments.input_folder("--data-root", args.data_root, "the folder relative media paths resolve against")
+    arguments.at_least(0, workers=args.workers)
+    arguments.above(0, fps=args.fps)
+    arguments.at_least(1, min_frames=args.min_frames, video_max_frames=args.video_max_frames,
+                       video_min_pixels=args.video_min_pixels, video_max_pixels=args.video_max_pixels,
+                       video_total_pixels=args.video_total_pixels, image_min_pixels=args.image_min_pixels,
+                       image_max_pixels=args.image_max_pixels)
+    if args.family is not None:
+        arguments.known("--family", args.family, MODEL_FAMILIES)
+    try:
+        cfg = config_from_args(args)
+    except ValueError as e:
+        raise UserError(f"{e}; change the flags that set it (easyvideor1 cache --help)") from None
+    loaded = load_records(args.data, args.data_root)  # a DataError is a UserError
     from easyvideor1.vision.cache import CacheError  # these two import torch
     from easyvideor1.vision.cache_build import build_cache
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    try:
-        cfg = config_from_args(args)
-    except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    try:
-        loaded = load_records(args.data, args.data_root)
-    except DataError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
     bad_records = [{"problem_id": p.problem_id, "index": p.index, "file": str(args.data), "reason": "bad_record",
                     "detail": str(p)} for p in loaded.problems]
     try:
         report = build_cache(loaded.samples, cfg, args.out, workers=args.workers, verify=args.verify,
                              content_hash=args.content_hash, progress=not args.no_progress,
                              extra_failures=bad_records)
-    except CacheError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    except CacheError as e:  # a cache built with other settings: the message says what to do
+        raise UserError(str(e)) from e
     print(report.summary())
     return 1 if report.failed_samples else 0

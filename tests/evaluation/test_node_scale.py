@@ -71,11 +71,11 @@ def test_shards_merge_into_the_single_run(setup, tmp_path, capsys, caplog):
 
     copy = tmp_path / "copy"
     shutil.copytree(shards[0], copy)
-    assert cli.main(["report", str(shards[0]), str(copy), "--out", str(tmp_path / "bad")]) == 1
-    assert "repeat a shard: 0/2, 0/2" in capsys.readouterr().out
+    assert cli.main(["report", str(shards[0]), str(copy), "--out", str(tmp_path / "bad")]) == 2
+    assert "repeat a shard: 0/2, 0/2" in capsys.readouterr().err
     (copy / "run.json").unlink()  # unrecorded shards: the overlapping rows themselves are refused
-    assert cli.main(["report", str(shards[0]), str(copy), "--out", str(tmp_path / "bad")]) == 1
-    assert "in both" in capsys.readouterr().out
+    assert cli.main(["report", str(shards[0]), str(copy), "--out", str(tmp_path / "bad")]) == 2
+    assert "in both" in capsys.readouterr().err
     from easyvideor1.evaluation.merge import merge_results
 
     with caplog.at_level("WARNING"):
@@ -85,8 +85,8 @@ def test_shards_merge_into_the_single_run(setup, tmp_path, capsys, caplog):
     assert cli.main(["eval", "--model", str(model), "--benchmarks", str(data), "--out", str(other),
                      "--shard", "1/2", *OPTIONS, "--max-new-tokens", "5"]) == 0
     capsys.readouterr()
-    assert cli.main(["report", str(shards[0]), str(other), "--out", str(tmp_path / "bad2")]) == 1
-    assert "sampling.max_new_tokens: 6 != 5" in capsys.readouterr().out
+    assert cli.main(["report", str(shards[0]), str(other), "--out", str(tmp_path / "bad2")]) == 2
+    assert "sampling.max_new_tokens: 6 != 5" in capsys.readouterr().err
 
 
 def test_gpus_are_split_into_tensor_parallel_groups():

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from evalfixtures import answer, mc
 
+from easyvideor1.cli import main
 from easyvideor1.evaluation import commands, presets
 from easyvideor1.evaluation.adapters import BENCHMARKS
 from easyvideor1.evaluation.results import ResultStore
@@ -88,9 +89,9 @@ def test_compare_deltas_and_refusal(tmp_path, data_root, capsys):
     assert (rl / "compare.png").read_bytes().startswith(PNG)
     capsys.readouterr()
     run_eval(greedy, data_root, "models/rl", ["A"] * 4, ["[0, 10]"] * 2, preset="qwen3_vl_greedy")
-    assert cli(["report", str(greedy), "--compare", str(base)]) == 1
-    out = capsys.readouterr().out
-    assert "not comparable" in out and "sampling.temperature: 0.0 != 0.7" in out
+    assert main(["report", str(greedy), "--compare", str(base)]) == 2
+    err = capsys.readouterr().err
+    assert "not comparable" in err and "sampling.temperature: 0.0 != 0.7" in err
 
 
 @pytest.fixture
@@ -141,5 +142,8 @@ def test_intervals_and_paired_verdicts_through_the_cli(tmp_path, video_root, cap
 
 
 def test_report_of_a_folder_without_results_is_an_error(tmp_path, capsys):
-    assert cli(["report", str(tmp_path)]) == 1
-    assert "holds no <benchmark>.jsonl" in capsys.readouterr().out
+    assert main(["report", str(tmp_path)]) == 2
+    assert "no settings.json, so it is not a results folder" in capsys.readouterr().err
+    (tmp_path / "settings.json").write_text("{}")
+    assert main(["report", str(tmp_path)]) == 2
+    assert "holds no <benchmark>.jsonl" in capsys.readouterr().err
