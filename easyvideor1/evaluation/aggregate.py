@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from easyvideor1.evaluation.bootstrap import Estimand, Interval, macro, unit_mean
+from easyvideor1.evaluation.bootstrap import Estimand, ScoreInterval, macro, unit_mean
 from easyvideor1.evaluation.results import ResultRow
 
 
@@ -28,7 +28,7 @@ class CategoryScore:
     """Rows with this label value."""
     failed: int = 0
     """How many of them failed."""
-    ci: Interval | None = None
+    ci: ScoreInterval | None = None
     """95% confidence interval of `score` (added by the report; intervals.py)."""
 
 
@@ -52,7 +52,7 @@ class Aggregate:
     """Breakdown name -> label value -> score."""
     notes: list[str] = field(default_factory=list)
     """What a reader comparing with published numbers must know (e.g. a fallback metric)."""
-    ci: Interval | None = None
+    ci: ScoreInterval | None = None
     """95% confidence interval of `overall` (added by the report; intervals.py)."""
 
     def to_dict(self) -> dict[str, Any]:
@@ -62,8 +62,8 @@ class Aggregate:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Aggregate:
         """Inverse of `to_dict`."""
-        def ci(v: dict[str, Any] | None) -> Interval | None:
-            return Interval(**v) if v else None
+        def ci(v: dict[str, Any] | None) -> ScoreInterval | None:
+            return ScoreInterval(**v) if v else None
 
         cats = {name: {k: CategoryScore(**{**v, "ci": ci(v.get("ci"))}) for k, v in table.items()}
                 for name, table in d.get("categories", {}).items()}

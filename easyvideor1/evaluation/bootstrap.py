@@ -79,7 +79,7 @@ def macro(parts: dict[str, Estimand]) -> Estimand:
 
 
 @dataclass
-class Interval:
+class ScoreInterval:
     """A score's confidence interval (`low`/`high` None where there is none; `note` says why)."""
 
     low: float | None
@@ -121,28 +121,28 @@ class PairedTest:
     "not tested: why"."""
 
 
-def interval_text(ci: Interval | None) -> str:
+def interval_text(ci: ScoreInterval | None) -> str:
     """A table cell: `ci.text()`, or 'n/a' when there is no interval at all."""
     return ci.text() if ci is not None else "n/a"
 
 
-def unavailable(why: str) -> Interval:
+def unavailable(why: str) -> ScoreInterval:
     """An interval that cannot be given, with the reason."""
-    return Interval(None, None, 0, 0, note=f"not available: {why}")
+    return ScoreInterval(None, None, 0, 0, note=f"not available: {why}")
 
 
-def interval(est: Estimand, resamples: int = RESAMPLES, seed: int = SEED) -> Interval:
+def interval(est: Estimand, resamples: int = RESAMPLES, seed: int = SEED) -> ScoreInterval:
     """The percentile cluster-bootstrap interval of `est`."""
     index = {c: i for i, c in enumerate(dict.fromkeys(est.clusters))}
     n_clusters = len(index)
     if n_clusters < MIN_CLUSTERS:
-        return Interval(None, None, n_clusters, len(set(est.ids)),
+        return ScoreInterval(None, None, n_clusters, len(set(est.ids)),
                         note=f"n too small ({n_clusters} clusters < {MIN_CLUSTERS})")
     sums, counts, w = _design(est, np.array([index[c] for c in est.clusters], dtype=np.int64), n_clusters)
     point = float(_statistic(sums.sum(0, keepdims=True), counts.sum(0, keepdims=True), w)[0])
     reps = _widen(_replicates([(sums, counts, w)], n_clusters, resamples, seed)[0], point, n_clusters)
     low, high = np.quantile(reps, [(1 - LEVEL) / 2, (1 + LEVEL) / 2])
-    return Interval(float(low), float(high), n_clusters, len(set(est.ids)))
+    return ScoreInterval(float(low), float(high), n_clusters, len(set(est.ids)))
 
 
 def paired(a: Estimand, b: Estimand, resamples: int = RESAMPLES, seed: int = SEED) -> PairedTest:

@@ -25,7 +25,7 @@ from typing import Any
 
 from easyvideor1.evaluation.adapters import get_benchmark
 from easyvideor1.evaluation.aggregate import Aggregate
-from easyvideor1.evaluation.bootstrap import METHOD, Interval, interval_text
+from easyvideor1.evaluation.bootstrap import METHOD, ScoreInterval, interval_text
 from easyvideor1.evaluation.results import SETTINGS_FILE, ResultRow, read_results
 from easyvideor1.vision.config import VisionConfig
 
@@ -74,7 +74,7 @@ def _e(text: Any) -> str:
     return html.escape(str(text))
 
 
-def svg_bars(pairs: list[tuple[str, float]], width: int = 640, intervals: list[Interval | None] | None = None) -> str:
+def svg_bars(pairs: list[tuple[str, float]], width: int = 640, intervals: list[ScoreInterval | None] | None = None) -> str:
     """Horizontal bar chart (scores in [0, 1]) as inline SVG; `intervals` (one per bar, None or
     without bounds: none drawn) become error bars."""
     row, label_w = 22, 220

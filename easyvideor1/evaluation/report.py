@@ -32,7 +32,7 @@ from easyvideor1.evaluation.bootstrap import (
     RESAMPLES,
     SEED,
     Estimand,
-    Interval,
+    ScoreInterval,
     interval_text,
 )
 from easyvideor1.evaluation.html_report import render
@@ -128,7 +128,7 @@ def markdown(run: RunSummary) -> str:
     return "\n".join(out) + "\n"
 
 
-def ci_text(ci: Interval | None) -> str:
+def ci_text(ci: ScoreInterval | None) -> str:
     """'41.2–58.8 over 38 clusters' / 'n too small: 6 clusters' / 'n/a: why'."""
     if ci is None:
         return "n/a"

@@ -8,7 +8,8 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from test_official_scores import ROOT, real_files, right, wrong
+from benchmark_annotations import ROOT, needs_annotations
+from test_official_scores import right, wrong
 
 from easyvideor1.evaluation.adapters import BENCHMARKS
 from easyvideor1.evaluation.intervals import add_intervals
@@ -25,7 +26,7 @@ def answered(bench, samples):
     return [bench.result_row(s, wrong(s) if i % 3 == 2 else right(s)) for i, s in enumerate(samples)]
 
 
-@real_files
+@needs_annotations
 @pytest.mark.parametrize("name, file", list(FILES.items()))
 def test_every_number_has_the_interval_of_itself(name, file):
     bench = BENCHMARKS[name]
