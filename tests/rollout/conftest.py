@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -40,7 +42,7 @@ def vllm_env(tmp_path_factory):
     import torch._dynamo
 
     root = tmp_path_factory.mktemp("vllm")
-    (root / "rpc").mkdir()
+    rpc = Path(tempfile.mkdtemp(prefix="ev1-ipc-"))  # short: a socket path must fit in 107 bytes
     threads = torch.get_num_threads()
     mp = pytest.MonkeyPatch()
     mp.setattr(torch, "set_num_threads", torch.set_num_threads)  # restored by undo()
@@ -48,7 +50,7 @@ def vllm_env(tmp_path_factory):
         "VLLM_CPU_KVCACHE_SPACE": "1",
         "TORCH_COMPILE_DISABLE": "1",  # read by vLLM's config; torch read it at import: patched below
         "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
-        "VLLM_RPC_BASE_PATH": str(root / "rpc"),
+        "VLLM_RPC_BASE_PATH": str(rpc),
         "VLLM_CACHE_ROOT": str(root / "cache"),
         "TORCHINDUCTOR_CACHE_DIR": str(root / "inductor"),
     }.items():
@@ -57,3 +59,4 @@ def vllm_env(tmp_path_factory):
         yield root
     mp.undo()
     torch.set_num_threads(threads)
+    shutil.rmtree(rpc, ignore_errors=True)

@@ -83,14 +83,14 @@ VLLM_DTYPE = {"qwen2_vl": "float32", "qwen3_vl": "float32", "qwen3_5": "bfloat16
 @pytest.mark.vllm
 @pytest.mark.slow
 @pytest.mark.parametrize("family", list(VLLM_DTYPE))
-def test_trainer_vllm_engine(family, mixed, tmp_path):
+def test_trainer_vllm_engine(family, mixed, tmp_path, ipc_dir):
     pytest.importorskip("vllm")
     model = build_tiny_model(family, tmp_path / "model", seed=0)
     out = tmp_path / "out"
     cfg = write_config(tmp_path, model, mixed, out, vision__family=family, rollout__engine="vllm",
                        rollout__parity_check_every=1, model__dtype=VLLM_DTYPE[family])
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "TORCH_COMPILE_DISABLE": "1", "HF_HUB_OFFLINE": "1",
-           "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_NUM_THREADS": "2", "VLLM_RPC_BASE_PATH": str(tmp_path),
+           "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_NUM_THREADS": "2", "VLLM_RPC_BASE_PATH": str(ipc_dir),
            "VLLM_CACHE_ROOT": str(tmp_path / "vc"), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "ind")}
     proc = subprocess.run([sys.executable, "-m", "easyvideor1.cli", "train", str(cfg)], capture_output=True,
                           text=True, env=env, timeout=600)

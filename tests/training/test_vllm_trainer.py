@@ -21,10 +21,10 @@ VLLM = {"rollout__engine": "vllm", "rollout__dtype": "float32", "rollout__enforc
         "rollout__parity_check_every": 1}
 
 
-def _env(tmp_path, threads: int = 2) -> dict:
+def _env(tmp_path, ipc, threads: int = 2) -> dict:
     return {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "TORCH_COMPILE_DISABLE": "1", "HF_HUB_OFFLINE": "1",
             "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_NUM_THREADS": str(threads),
-            "VLLM_RPC_BASE_PATH": str(tmp_path), "VLLM_CACHE_ROOT": str(tmp_path / "vc"),
+            "VLLM_RPC_BASE_PATH": str(ipc), "VLLM_CACHE_ROOT": str(tmp_path / "vc"),
             "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "ind")}
 
 
@@ -32,13 +32,13 @@ def _metrics(out) -> list[dict]:
     return [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines()]
 
 
-def test_train_with_vllm_engine(tmp_path):
+def test_train_with_vllm_engine(tmp_path, ipc_dir):
     pytest.importorskip("vllm")
     model = build_tiny_model("qwen2_5_vl", tmp_path / "model", seed=0)
     data = write_suite(tmp_path / "synth", num_train=8, num_val=0, seed=0)["train"]
     cfg = write_config(tmp_path, model, data, tmp_path / "out", **VLLM)
     proc = subprocess.run([sys.executable, "-m", "easyvideor1.cli", "train", str(cfg)], capture_output=True,
-                          text=True, env=_env(tmp_path), timeout=TIMEOUT_S)
+                          text=True, env=_env(tmp_path, ipc_dir), timeout=TIMEOUT_S)
     assert proc.returncode == 0, proc.stderr[-4000:]
     rows = _metrics(tmp_path / "out")
     assert [r["step"] for r in rows] == [1, 2]
@@ -74,7 +74,7 @@ def _pads_improbable(model_dir) -> None:
     save_file(weights, str(path), metadata={"format": "pt"})
 
 
-def test_torchrun_engine_per_rank_tensor_parallel_tied_parity(tmp_path):
+def test_torchrun_engine_per_rank_tensor_parallel_tied_parity(tmp_path, ipc_dir):
     """4 processes, vLLM's external_launcher with tensor_parallel_size 2: two engines of two
     ranks each, the ranks of one engine exchanging their prompts (a wrong slice or a missing
     exchange fails vLLM's prompt-id check). The model ties its LM head to the embedding; FSDP
@@ -87,7 +87,7 @@ def test_torchrun_engine_per_rank_tensor_parallel_tied_parity(tmp_path):
     cfg = write_config(tmp_path, model, data, tmp_path / "out", steps=3, rollout__tensor_parallel_size=2, **VLLM)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "4", "--standalone",
            "-m", "easyvideor1.cli", "train", str(cfg)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=_env(tmp_path, threads=1), timeout=TIMEOUT_S)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=_env(tmp_path, ipc_dir, threads=1), timeout=TIMEOUT_S)
     assert proc.returncode == 0, proc.stderr[-6000:]
     rows = _metrics(tmp_path / "out")
     assert [r["step"] for r in rows] == [1, 2, 3]
