@@ -157,10 +157,12 @@ class TrainingConfig:
     """Response tokens whose [tokens, vocab] logits are made at once (memory of the log-prob passes)."""
     ppo_epochs: int = 1
     """Passes over each rollout batch."""
+    optimizer: Literal["adamw", "sgd"] = "adamw"
+    """adamw, or sgd (plain SGD, no state: updates linear in the gradient, as equality tests want)."""
     lr: float = 1e-6
-    """AdamW learning rate."""
+    """Learning rate."""
     weight_decay: float = 0.01
-    """AdamW weight decay."""
+    """AdamW weight decay (sgd: none)."""
     warmup_steps: int = 0
     """Linear learning-rate warm-up, steps."""
     lr_schedule: Literal["constant", "cosine"] = "constant"

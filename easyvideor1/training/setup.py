@@ -65,6 +65,14 @@ def make_score_fn(cfg: Config):
     return pool.score
 
 
+def make_optimizer(params, cfg: Config) -> torch.optim.Optimizer:
+    """`training.optimizer`: AdamW (lr, weight decay), or plain SGD (lr only; it keeps no state)."""
+    t = cfg.training
+    if t.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=t.lr)
+    return torch.optim.AdamW(params, lr=t.lr, weight_decay=t.weight_decay)
+
+
 def make_scheduler(optimizer, cfg: Config):
     t = cfg.training
 
@@ -200,7 +208,7 @@ def build_run(cfg: Config) -> Run:
     log.info("parameters: %s trainable / %s total (%.2f%%)%s", f"{trainable:,}", f"{total:,}",
              100 * trainable / total, f", LoRA rank {lora.rank}" if lora.rank else "")
     params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=cfg.training.lr, weight_decay=cfg.training.weight_decay)
+    optimizer = make_optimizer(params, cfg)
     ctx = ForwardContext(family=family, spec=spec, pad_token_id=processor.tokenizer.pad_token_id,
                          micro_batch_size=cfg.training.micro_batch_size,
                          micro_batch_tokens=cfg.training.micro_batch_tokens,

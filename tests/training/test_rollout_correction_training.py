@@ -11,7 +11,7 @@ from test_distributed import write_config
 from easyvideor1.config import load_config
 from easyvideor1.data.synth import write_suite
 from easyvideor1.models.tiny import build_tiny_model
-from easyvideor1.training.setup import build_run, make_scheduler
+from easyvideor1.training.setup import build_run
 from easyvideor1.training.trainer import train
 
 
@@ -20,12 +20,12 @@ def test_hf_engine_fp32_ratios_are_one_and_token_tis_changes_nothing(tmp_path):
     data = write_suite(tmp_path / "synth", num_train=8, num_val=0, seed=0)["train"]
     runs, last, start = {}, {}, {}
     for mode in ("none", "token_tis"):
-        path = write_config(tmp_path, model, data, tmp_path / mode, steps=2, algorithm__rollout_correction=mode)
-        runs[mode] = run = build_run(load_config(str(path), ["checkpoint.export_hf=false"]))
         # SGD, not AdamW: Adam's first steps are ~lr*sign(g), so a 1e-6 gradient difference on a
         # near-zero component could move a weight by lr; SGD moves it by lr*1e-6.
-        run.optimizer = torch.optim.SGD([p for p in run.model.parameters() if p.requires_grad], lr=0.1)
-        run.scheduler = make_scheduler(run.optimizer, run.cfg)
+        path = write_config(tmp_path, model, data, tmp_path / mode, steps=2, algorithm__rollout_correction=mode,
+                            training__optimizer="sgd", training__lr=0.1)
+        runs[mode] = run = build_run(load_config(str(path), ["checkpoint.export_hf=false"]))
+        assert isinstance(run.optimizer, torch.optim.SGD)
         assert runs[mode].rollout_correction == mode
         if not start:
             start.update({n: p.detach().clone() for n, p in run.model.named_parameters()})
