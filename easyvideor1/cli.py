@@ -3,7 +3,8 @@
 Each subcommand lives next to the code it drives, in a module exposing
 `register(subparsers)`, which adds its parser and sets `func`. Modules are listed here and
 imported only when the command line is parsed, so `--help` stays fast. Before a command runs,
-`threads.apply` sets the threading policy (no module imports torch before that).
+`threads.apply` sets the threading policy (no module imports torch before that); after a
+command returns, `leave_process_groups` ends any torch.distributed group it joined.
 
 A user error (`UserError`, raised anywhere, or a wrong argument argparse finds) is one line on
 stderr, `easyvideor1 COMMAND: ...`, and exit status 2; any other exception is a bug and keeps its
@@ -73,12 +74,23 @@ def main(argv: list[str] | None = None) -> int:
         workers = WORKERS.get(args.command)
         threads.apply(workers(args) if workers else 0)
     try:
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
     except UserError as e:  # bad input or settings: the message says what to do, no traceback
         if args.debug or os.environ.get(DEBUG_ENV, "") not in ("", "0"):
             traceback.print_exc()
         print(f"easyvideor1 {args.command}: {one_line(str(e))}", file=sys.stderr)
         return 2
+    leave_process_groups()
+    return code
+
+
+def leave_process_groups() -> None:
+    """Every rank leaves its process groups after a command's last collective (`distributed.close`;
+    without it a finished run under torchrun may abort at exit). Only a command that imported
+    `easyvideor1.distributed` can have joined one; the others stay free of torch."""
+    if "easyvideor1.distributed" in sys.modules:
+        from easyvideor1 import distributed
+        distributed.close()
 
 
 def one_line(message: str) -> str:

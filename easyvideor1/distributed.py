@@ -7,16 +7,55 @@ every helper is the identity, so the same code runs unchanged on a laptop.
 
 Decisions that change how many collectives follow (skip a sample, stop filtering, retry)
 are made with `all_true` / `any_true` / `max_int`, so every rank takes the same path.
+
+Joining and leaving (`init_process_group`, `close`): on CPUs the groups are gloo groups with
+ONE worker thread each (backend `gloo_serial`; torch's `gloo` has two), and `close` ends with
+a barrier on every group this package made, then leaves them. Why: a gloo worker thread frees
+each finished collective's tensors after the caller has already been woken; under torch 2.13
+freeing a tensor that has a Python object takes the GIL (`TensorImpl::decref_pyobject`). If
+the process is already finalising, CPython 3.11 ends that thread with `pthread_exit`, whose
+unwinding through the noexcept destructor calls `std::terminate`: "terminate called without an
+active exception", SIGABRT, exit 134, after all the work was written (pytorch#190489,
+pytorch#38228; `destroy_process_group` stops gloo's threads only when no Python reference to
+the group is left, and FSDP2 modules and DTensor's caches keep them). With one worker per group
+the barrier runs on the thread that ran every earlier collective, after it freed them, so once
+the barrier returns no gloo thread will need the GIL again.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
 _ACCELERATOR_BACKENDS = {"nccl": "cuda", "xccl": "xpu", "hccl": "npu"}
+CPU_BACKEND = "gloo_serial"  # gloo, one worker thread per group (module docstring)
+_JOINED: list[Any] = []  # the groups this package made on this rank, in creation order: None (the world) first
+
+
+def _gloo_serial(opts: Any, _backend_options: Any) -> Any:
+    """A gloo backend with one worker thread (torch's `gloo` devices: GLOO_SOCKET_IFNAME or the host's)."""
+    gloo = dist.ProcessGroupGloo
+    options = gloo._Options()
+    options._timeout = opts.timeout
+    names = os.environ.get("GLOO_SOCKET_IFNAME")
+    options._devices = ([gloo.create_device(interface=n) for n in names.split(",")] if names
+                        else [gloo.create_default_device()])
+    options._threads = 1
+    options.global_ranks_in_group = list(opts.global_ranks_in_group)
+    options.group_name = opts.group_id
+    return gloo(opts.store, opts.group_rank, opts.group_size, options)
+
+
+def init_process_group(backend: str, **kwargs: Any) -> None:
+    """`torch.distributed.init_process_group`, with `CPU_BACKEND` known (`backend`: "nccl" and
+    its kin on accelerators, `CPU_BACKEND` on CPUs). Leave with `close`."""
+    if backend == CPU_BACKEND and CPU_BACKEND not in dist.Backend.backend_list:
+        dist.Backend.register_backend(CPU_BACKEND, _gloo_serial, extended_api=True, devices=["cpu"])
+    dist.init_process_group(backend, **kwargs)
+    _JOINED[:] = [None]  # (forgets the groups of an earlier world left without `close`)
 
 
 def is_initialized() -> bool:
@@ -138,6 +177,8 @@ def _my_group(rank_lists: list[list[int]]) -> Any:
         group = dist.new_group(ranks)
         if rank() in ranks:
             mine = group
+    if mine is not None and _JOINED:  # in a world of ours: `close` leaves it
+        _JOINED.append(mine)
     return mine
 
 
@@ -221,8 +262,17 @@ def all_reduce_grad(tensor: torch.Tensor, group: Any = None) -> torch.Tensor:
 
 
 def close() -> None:
-    """Leave every process group (the sub-groups too), after the other ranks are done. Without it
-    a process exiting with gloo sub-groups alive may abort in their threads' destructors."""
-    if is_initialized():
-        barrier()
-        dist.destroy_process_group()
+    """Leave every process group (the sub-groups too) once every rank is done: a barrier on the
+    world, then on each sub-group in creation order (so no rank waits on a group its peers have
+    not reached), then `destroy_process_group`. Under `CPU_BACKEND` no gloo worker thread then
+    holds a finished collective's tensors, so the process can end without the abort of the module
+    docstring. Call it on every rank after the last collective (`cli.main` does, after any
+    command); a no-op unless `init_process_group` made the world (a world vLLM or a test made
+    is theirs to leave)."""
+    if not (_JOINED and is_initialized()):
+        _JOINED.clear()
+        return
+    for group in _JOINED:
+        dist.barrier(group=group)  # a group of one rank too: its worker thread also holds tensors
+    _JOINED.clear()
+    dist.destroy_process_group()

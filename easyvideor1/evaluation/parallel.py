@@ -27,6 +27,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from easyvideor1.cli import leave_process_groups
 from easyvideor1.errors import UserError
 from easyvideor1.evaluation.adapters import get_benchmark
 from easyvideor1.evaluation.evaluator import EvalOptions, Evaluator, eval_settings, finish, plan, results_lock
@@ -155,4 +156,6 @@ def worker(job_path: str) -> int:
 
 if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
-    sys.exit(worker(sys.argv[1]))
+    code = worker(sys.argv[1])
+    leave_process_groups()  # a no-op unless the engine joined a group of this package's
+    sys.exit(code)

@@ -88,11 +88,7 @@ def _train(args: argparse.Namespace) -> int:
             path = export_adapter(run, f"{cfg.logging.out_dir}/adapter")
             if path:
                 print(f"PEFT adapter: {path}")
-    # Leave the process group (and any sub-groups) after every rank is done: a process exiting with
-    # gloo groups alive may abort in their threads' destructors (seen under torchrun, DP and SP alike).
-    from easyvideor1 import distributed
-    distributed.close()
-    return 0
+    return 0  # cli.main then leaves the process groups (distributed.close)
 
 
 def _export(args: argparse.Namespace) -> int:

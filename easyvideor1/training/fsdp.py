@@ -21,6 +21,8 @@ import os
 import torch
 import torch.distributed as dist
 
+from easyvideor1 import distributed
+
 
 def init_distributed(need_group: bool = False) -> tuple[int, int, torch.device]:
     """Join the process group when launched by torchrun (any world size), or, with `need_group`,
@@ -36,11 +38,11 @@ def init_distributed(need_group: bool = False) -> tuple[int, int, torch.device]:
     else:
         device = torch.device("cpu")
     if not dist.is_initialized() and (launched or need_group):
-        backend = "nccl" if on_gpu else "gloo"
+        backend = "nccl" if on_gpu else distributed.CPU_BACKEND
         if launched:
-            dist.init_process_group(backend)
+            distributed.init_process_group(backend)
         else:  # one process, no launcher: an in-memory store, nothing listens on a port
-            dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+            distributed.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
     rank = dist.get_rank() if dist.is_initialized() else 0
     world = dist.get_world_size() if dist.is_initialized() else 1
     return rank, world, device

@@ -1,8 +1,14 @@
 """One process of tests/models/test_ulysses.py::test_collectives_round_trip (torchrun, gloo, any
 world size): the head/sequence all-to-all and the collectives with gradients, against tensors
-every rank can build whole. Exits non-zero on the first mismatch."""
+every rank can build whole; then `distributed.close`: one gloo worker thread per group, and once
+it returns no worker thread holds a tensor of a finished collective (the exit-time abort it
+prevents: `easyvideor1/distributed.py`). Exits non-zero on the first mismatch."""
+
+import os
+import weakref
 
 import torch
+import torch.distributed as dist
 
 from easyvideor1 import distributed
 from easyvideor1.models.ulysses import SequenceParallel, heads_to_seq, seq_to_heads
@@ -43,8 +49,21 @@ def main():
     assert total.item() == world * (world + 1) / 2
     (total * (rank + 1)).sum().backward()
     assert y.grad.item() == world * (world + 1) / 2
-    print(f"rank {rank}: ok")
+
+    # a collective as FSDP2 issues them: the caller drops its handle and tensor once woken, while
+    # the worker thread may still hold them (and would take the GIL to free them, at exit too)
+    tensor = torch.ones(8)
+    work = dist.all_reduce(tensor, async_op=True, group=sp.group)
+    work.wait()
+    freed = weakref.ref(tensor)
+    del tensor, work
+    workers = [t for t in os.listdir("/proc/self/task") if open(f"/proc/self/task/{t}/comm").read().strip() ==
+               "pt_gloo_runloop"]
+    assert len(workers) == 2, f"{len(workers)} gloo worker threads for 2 groups (the world, sp): one each"
     distributed.close()
+    assert freed() is None, "a gloo worker thread still holds a finished collective's tensor after close"
+    assert not distributed.is_initialized()
+    print(f"rank {rank}: ok")
 
 
 if __name__ == "__main__":

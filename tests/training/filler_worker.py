@@ -61,9 +61,7 @@ def main(model_dir: str, out: str, tokens: int) -> None:
         torch.save(state, Path(out) / "params.pt")
         torch.save(initial, Path(out) / "initial.pt")
         (Path(out) / "metrics.json").write_text(json.dumps(metrics))
-    distributed.barrier()
-    if distributed.is_initialized():  # gloo's threads stopped before exit (else an abort at exit, now and then)
-        torch.distributed.destroy_process_group()
+    distributed.close()  # every rank, after the last collective (else an abort at exit, now and then)
 
 
 if __name__ == "__main__":

@@ -4,10 +4,10 @@ weights (bf16 parameters would round almost all of them away). One process, a on
 group made by `build_run`, a real tiny model and real videos."""
 
 import torch
-import torch.distributed as dist
 
 from test_distributed import write_config
 
+from easyvideor1 import distributed
 from easyvideor1.config import load_config
 from easyvideor1.data.synth import write_suite
 from easyvideor1.models.tiny import build_tiny_model
@@ -36,8 +36,7 @@ def test_bf16_compute_over_fp32_master_weights(tmp_path):
         train(run)
         after = {n: _full(p) for n, p in run.model.named_parameters()}
     finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+        distributed.close()
     assert {p.dtype for p in before.values()} == {torch.float32}
     states = [v for s in run.optimizer.state.values() for v in s.values() if torch.is_tensor(v) and v.numel() > 1]
     assert states and {v.dtype for v in states} == {torch.float32}

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Runs the multi-process tests N times in a row beside busy loops (scripts/test_under_load.sh),
+# to show that no run of several processes fails now and then: e.g. a rank that finished its
+# work and then aborted at exit (distributed.close explains that abort). Prints each
+# iteration's result, then `stress: K of N green`, and exits non-zero if any iteration failed.
+#
+# Usage: scripts/stress_multiprocess.sh [-n N] [PYTEST_ARGS ...]
+#   -n N         iterations (default: $STRESS_N, else 20)
+#   PYTEST_ARGS  passed to each pytest run, e.g. -x, or test ids to run instead of TESTS below
+#   LOAD_PROCS   busy loops beside the tests (default 2)
+#   PYTHON       the interpreter (default .venv/bin/python)
+#
+# The busy loops are test_under_load.sh's: they are killed however this script ends (normal
+# end, error, Ctrl-C, SIGTERM), and so is a pytest run in flight.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+# Every test that runs several processes of the package at once. Files whose other tests run
+# one process are narrowed to their multi-process tests.
+TESTS=(
+  # torchrun ranks (torch.distributed, gloo, FSDP2)
+  tests/training/test_distributed.py
+  tests/training/test_token_balance_distributed.py
+  tests/training/test_rank_agreement.py
+  tests/training/test_sequence_parallel.py
+  tests/training/test_lora.py::test_two_processes_equal_one_process
+  tests/training/test_vllm_trainer.py::test_torchrun_engine_per_rank_tensor_parallel_tied_parity
+  tests/models/test_ulysses.py
+  # spawned ranks (torch.multiprocessing, gloo)
+  tests/algorithms/test_aggregation.py::test_all_reduce_path_with_two_real_processes
+  tests/algorithms/test_global_whitening.py
+  # concurrent processes without torch.distributed: data-parallel eval workers, two cache
+  # builders in one folder, two evals on one results folder
+  tests/evaluation/test_node_scale.py
+  tests/vision/test_cache_concurrency.py
+  tests/evaluation/test_eval_lock.py
+)
+# Not here: tests that SIGKILL one process and resume it (test_resume, test_chaos, test_pass_rate,
+# test_pipeline_hf, test_results, test_cache_build) run one process at a time.
+
+N="${STRESS_N:-20}"
+while getopts "n:" opt; do
+  case "$opt" in
+    n) N="$OPTARG" ;;
+    *) echo "usage: $0 [-n N] [PYTEST_ARGS ...]" >&2; exit 2 ;;
+  esac
+done
+shift $((OPTIND - 1))
+case "$N" in ''|*[!0-9]*|0) echo "stress: -n takes a positive whole number, not '$N'" >&2; exit 2 ;; esac
+
+if [ -z "${STRESS_UNDER_LOAD:-}" ]; then  # start the busy loops, then come back below as their command
+  export STRESS_UNDER_LOAD=1
+  LOAD_PROCS="${LOAD_PROCS:-2}" exec scripts/test_under_load.sh "$0" -n "$N" "$@"
+fi
+
+PYTHON="${PYTHON:-.venv/bin/python}"
+selected=()
+extra=()
+for a in "$@"; do
+  case "$a" in
+    tests/*) selected+=("$a") ;;
+    *) extra+=("$a") ;;
+  esac
+done
+[ "${#selected[@]}" -eq 0 ] && selected=("${TESTS[@]}")
+logs=$(mktemp -d -t stress-multiprocess.XXXXXX)
+
+green=0
+for i in $(seq "$N"); do
+  log="$logs/iteration-$i.log"
+  SECONDS=0
+  OMP_WAIT_POLICY=PASSIVE HF_HUB_OFFLINE=1 "$PYTHON" -m pytest -q -p no:cacheprovider "${extra[@]}" \
+    "${selected[@]}" >"$log" 2>&1
+  rc=$?
+  summary=$(grep -E '^(=+ )?[0-9]+ (passed|failed|error)' "$log" | tail -1 | sed 's/=//g; s/^ *//; s/ *$//')
+  if [ "$rc" -eq 0 ]; then
+    green=$((green + 1))
+    echo "stress: iteration $i of $N green: ${summary:-pytest exit 0} (${SECONDS}s)"
+    rm -f "$log"
+  else
+    echo "stress: iteration $i of $N FAILED (pytest exit $rc): ${summary:-no summary} (${SECONDS}s); log: $log"
+    grep -E '^(FAILED|ERROR)|terminate called|exitcode' "$log" | head -20
+  fi
+done
+rmdir "$logs" 2>/dev/null  # kept when a failed iteration's log is in it
+echo "stress: $green of $N green"
+[ "$green" -eq "$N" ]
