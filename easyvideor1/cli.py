@@ -88,8 +88,8 @@ def leave_process_groups() -> None:
     """Every rank leaves its process groups after a command's last collective (`distributed.close`;
     without it a finished run under torchrun may abort at exit). Only a command that imported
     `easyvideor1.distributed` can have joined one; the others stay free of torch."""
-    if "easyvideor1.distributed" in sys.modules:
-        from easyvideor1 import distributed
+    distributed = sys.modules.get("easyvideor1.distributed")  # not imported: no torch for the others
+    if distributed is not None:
         distributed.close()
 
 
