@@ -49,9 +49,10 @@ def tool_prompt(tiny, clip: Path, problem_id: str = "clip", tools=("crop_video",
     return builder.build(sample)
 
 
-def taught(tiny, prompt: Prompt, text: str, steps: int = 150):
-    """A copy of `tiny.model` fitted to answer `prompt` with `text` + end of turn (greedy)."""
-    model = copy.deepcopy(tiny.model).train()
+def taught(tiny, prompt: Prompt, text: str, steps: int = 150, model=None):
+    """A copy of `model` (default `tiny.model`) fitted to answer `prompt` with `text` + end of
+    turn (greedy); `tiny`: anything with `.processor`, `.family`, `.spec`."""
+    model = copy.deepcopy(tiny.model if model is None else model).train()
     tok = tiny.processor.tokenizer
     ids = tok(text, add_special_tokens=False)["input_ids"] + [tok.convert_tokens_to_ids("<|im_end|>")]
     batch = collate([append_response(prompt.inputs, ids, tiny.spec)], tiny.family, tiny.spec, tok.pad_token_id)
