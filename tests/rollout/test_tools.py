@@ -153,3 +153,32 @@ def test_multiturn_logprobs_match_the_trainer(hf_tiny_dirs, clip, family):
     assert metrics["tools/calls_per_response"] == len(multi.tool_calls) / 2
     assert metrics["tools/errors"] == sum(c.error is not None for c in multi.tool_calls)
     assert metrics["tools/visual_tokens"] == multi.tool_calls[0].visual_tokens / 2
+
+
+def test_fsdp_ranks_with_unequal_tool_use(hf_tiny_dirs, clip, tmp_path):
+    """torchrun, 2 processes, FSDP2: rank 0's response calls a tool (3 turns), rank 1's makes one
+    turn; no hang, the metrics sum over both ranks, and rank 0's trainer log-probs (sharded model)
+    equal its engine's."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    tiny = load_tiny("qwen2_5_vl", hf_tiny_dirs["qwen2_5_vl"])
+    taught(tiny, tool_prompt(tiny, clip, tools=("crop_video",)), CALL).save_pretrained(tmp_path / "model")
+    tiny.processor.save_pretrained(tmp_path / "model")
+    here = Path(__file__).parent
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
+           "PYTHONPATH": os.pathsep.join([str(here.parent), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                           str(here / "tools_worker.py"), str(tmp_path / "model"), str(clip), str(tmp_path / "out")],
+                          capture_output=True, text=True, env=env, timeout=1800)
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    ranks = [json.loads((tmp_path / "out" / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert ranks[0]["calls"] >= 1 and ranks[0]["turns"] >= 2 and ranks[0]["tool_tokens"] > 0
+    assert ranks[1]["calls"] == 0 and ranks[1]["tool_tokens"] == 0
+    assert ranks[0]["metrics"] == ranks[1]["metrics"]
+    assert ranks[0]["metrics"]["tools/calls_per_response"] == ranks[0]["calls"] / 2
+    assert ranks[0]["gap"] < 2e-4 and ranks[1]["gap"] < 2e-4
+    assert ranks[0]["grad_norm"] == ranks[1]["grad_norm"] > 0
