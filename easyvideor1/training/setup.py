@@ -242,7 +242,8 @@ def build_run(cfg: Config) -> Run:
     rollouts = RolloutStage(engine, make_score_fn(cfg), processor.tokenizer, _end_token(processor), cfg.rollout,
                             cfg.hybrid, cfg.algorithm, cfg.training.seed,
                             stop_token_ids(cfg.rollout.stop_tokens, processor.tokenizer),
-                            share=None if sp is None else partial(share_rollouts, sp), count_group=dp.group)
+                            share=None if sp is None else partial(share_rollouts, sp), count_group=dp.group,
+                            replay=engine.replay if tools else None)
     return Run(cfg=cfg, model=model, reference=reference, optimizer=optimizer,
                scheduler=make_scheduler(optimizer, cfg), kl=make_kl_controller(cfg.algorithm),
                loader=PromptLoader(train_samples, cfg.training.rollout_batch_size, cfg.training.seed, cfg.data.shuffle),

@@ -27,6 +27,21 @@ def clip(tmp_path_factory):
     return write_clip(tmp_path_factory.mktemp("tools") / "clip.mp4")
 
 
+@pytest.fixture(scope="module")
+def callers(hf_tiny_dirs, clip):
+    """family -> (tiny, its crop_video prompt, a copy taught to answer it with CALL), made once."""
+    made = {}
+
+    def get(family):
+        if family not in made:
+            tiny = load_tiny(family, hf_tiny_dirs[family])
+            prompt = tool_prompt(tiny, clip, tools=("crop_video",))
+            made[family] = tiny, prompt, taught(tiny, prompt, CALL)
+        return made[family]
+
+    return get
+
+
 def test_parse_tool_calls():
     calls = parse_tool_calls(f'look {CALL} and <tool_call>{{"name": "zoom_frame", "arguments": "{{\\"time\\": 1}}"}}'
                              '</tool_call> <tool_call>{"name": 3}</tool_call><tool_call>{bad</tool_call><tool_call>{')
@@ -116,13 +131,12 @@ def test_tool_turn_is_what_the_chat_template_writes(hf_tiny_dirs):
 
 
 @pytest.mark.parametrize("family", ["qwen2_vl", "qwen2_5_vl", "qwen3_vl"])
-def test_multiturn_logprobs_match_the_trainer(hf_tiny_dirs, clip, family):
-    """A model taught to call crop_video: 3 model turns around 2 tool turns (a clip, then an error
-    for its malformed second call), batched with a plain response. The trainer's log-probs of the
+def test_multiturn_logprobs_match_the_trainer(callers, clip, family):
+    """A model taught to call crop_video: its first turn calls it, a clip comes back mid-sequence,
+    and it goes on (up to 3 turns; later, malformed calls get error turns), batched with a
+    plain response. The trainer's log-probs of the
     model's tokens equal the engine's; no tool token (text or video) is in the loss mask."""
-    tiny = load_tiny(family, hf_tiny_dirs[family])
-    prompt = tool_prompt(tiny, clip, tools=("crop_video",))
-    model = taught(tiny, prompt, CALL)
+    tiny, prompt, model = callers(family)
     engine = HFEngine(model, tiny.processor, tiny.family, tiny.spec)
     tools = ToolEngine(engine, tiny.processor, tiny.family, tiny.spec, TOOLS, ClipSource(vision_of(family)),
                        ToolLimits(max_turns=3, call_visual_tokens=64, response_visual_tokens=256))
@@ -155,7 +169,7 @@ def test_multiturn_logprobs_match_the_trainer(hf_tiny_dirs, clip, family):
     assert metrics["tools/visual_tokens"] == multi.tool_calls[0].visual_tokens / 2
 
 
-def test_fsdp_ranks_with_unequal_tool_use(hf_tiny_dirs, clip, tmp_path):
+def test_fsdp_ranks_with_unequal_tool_use(callers, clip, tmp_path):
     """torchrun, 2 processes, FSDP2: rank 0's response calls a tool (3 turns), rank 1's makes one
     turn; no hang, the metrics sum over both ranks, and rank 0's trainer log-probs (sharded model)
     equal its engine's."""
@@ -165,8 +179,8 @@ def test_fsdp_ranks_with_unequal_tool_use(hf_tiny_dirs, clip, tmp_path):
     import sys
     from pathlib import Path
 
-    tiny = load_tiny("qwen2_5_vl", hf_tiny_dirs["qwen2_5_vl"])
-    taught(tiny, tool_prompt(tiny, clip, tools=("crop_video",)), CALL).save_pretrained(tmp_path / "model")
+    tiny, _, model = callers("qwen2_5_vl")
+    model.save_pretrained(tmp_path / "model")
     tiny.processor.save_pretrained(tmp_path / "model")
     here = Path(__file__).parent
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
@@ -182,3 +196,36 @@ def test_fsdp_ranks_with_unequal_tool_use(hf_tiny_dirs, clip, tmp_path):
     assert ranks[0]["metrics"]["tools/calls_per_response"] == ranks[0]["calls"] / 2
     assert ranks[0]["gap"] < 2e-4 and ranks[1]["gap"] < 2e-4
     assert ranks[0]["grad_norm"] == ranks[1]["grad_norm"] > 0
+
+
+def test_offline_trajectory_with_a_call_is_replayed_on_the_video(hf_tiny_dirs, clip):
+    """Hybrid groups: an offline trajectory that calls crop_video becomes a multi-turn response
+    whose tool turn is computed from the video (not read from the file), trainable like a
+    generated one (tool tokens outside the loss)."""
+    from easyvideor1.algorithms.config import AlgorithmConfig
+    from easyvideor1.config import HybridConfig, RolloutConfig
+    from easyvideor1.records import RewardResult
+    from easyvideor1.training.groups import RolloutStage
+
+    tiny = load_tiny("qwen2_5_vl", hf_tiny_dirs["qwen2_5_vl"])
+    prompt = tool_prompt(tiny, clip, tools=("crop_video",))
+    prompt.sample.offline_output = f"<think>look again</think>{CALL}<answer>blue</answer>"
+    prompt.sample.has_offline_trajectory = True
+    engine = HFEngine(tiny.model, tiny.processor, tiny.family, tiny.spec)
+    tools = ToolEngine(engine, tiny.processor, tiny.family, tiny.spec, TOOLS, ClipSource(vision_of("qwen2_5_vl")),
+                       ToolLimits(call_visual_tokens=64))
+    stage = RolloutStage(tools, lambda texts, samples: [RewardResult(1.0, 1.0, 1.0) for _ in texts],
+                         tiny.processor.tokenizer, "<|im_end|>", RolloutConfig(n=2), HybridConfig(enable=True),
+                         AlgorithmConfig(), seed=0, replay=tools.replay)
+    scored = stage.groups([prompt], SamplingParams(temperature=0, max_tokens=300))
+    online, offline = scored.groups[0]
+    assert not online.offline and offline.offline and offline.logprobs is None
+    assert offline.turn_texts == [f"<think>look again</think>{CALL}", "<answer>blue</answer>"]
+    assert offline.text == "<answer>blue</answer>" and offline.tool_calls[0].visual_tokens == 24
+    assert offline.tool_calls[0].error is None and offline.media.video_grid_thw.tolist() == [[6, 4, 4]]  # patches
+    batch = make_batch(scored.prompts, scored.groups, scored.results[0])
+    assert int(batch.response_mask[1].sum()) == sum(offline.model_mask) < len(offline.token_ids)
+    ctx = ForwardContext(tiny.family, tiny.spec, tiny.processor.tokenizer.pad_token_id, micro_batch_size=2,
+                         temperature=1.0, banned_ids=tuple(engine.banned))
+    logp = all_logprobs(tiny.model, batch, ctx)
+    assert torch.isfinite(logp).all() and (logp[batch.response_mask] < 0).all()

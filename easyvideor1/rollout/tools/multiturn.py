@@ -19,6 +19,7 @@ Departure: turn k > 1 samples with seed `seed + k * TURN_SEED_STRIDE` (+ the res
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 
@@ -137,6 +138,26 @@ class ToolEngine:
         return Rollout(prompt_index=index, token_ids=s.tokens, text="" if s.unanswered else s.texts[-1],
                        logprobs=s.logprobs, finish_reason=s.finish, model_mask=s.mask if s.tool_turns else None,
                        media=s.media, tool_calls=s.calls, turn_texts=s.texts)
+
+    def replay(self, prompt: Prompt, offline: Rollout, max_tokens: int) -> Rollout:
+        """An offline trajectory whose text calls tools, as a multi-turn response: its text is cut
+        after each `</tool_call>` into model turns (end-of-turn appended, as `training.hybrid`
+        tokenises it), and every call is run again on the sample's video, never read from the
+        file. Limits as for generated responses; a text without calls is returned unchanged."""
+        text = prompt.sample.offline_output or offline.text
+        if "<tool_call>" not in text:
+            return offline
+        tokenizer = getattr(self.processor, "tokenizer", self.processor)
+        s = _Trajectory(prompt, 0, self.limits.response_visual_tokens)
+        for segment in (p for p in re.split(r"(?<=</tool_call>)", text) if p):
+            if s.finish is not None:
+                break
+            ids = tokenizer.encode(segment + END_OF_TURN, add_special_tokens=False)
+            self._after_turn(s, Rollout(-1, ids, segment), max_tokens)
+        if s.finish is None:  # the text ends with a call: nothing answers it
+            s.finish = "max_turns"
+        out = self._rollout(offline.prompt_index, s)
+        return replace(out, logprobs=None, finish_reason="offline", offline=True, truncated=s.finish == "length")
 
     def update_weights(self, model) -> None:
         """The token engine's."""
