@@ -23,6 +23,7 @@ Tasks (problem_type in brackets; chance level in `CHANCE`):
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,6 +37,12 @@ DIRECTIONS = {"left": (-1, 0), "right": (1, 0), "up": (0, -1), "down": (0, 1)}
 TASKS = ("colour", "motion", "count", "presence", "when", "where", "image_colour", "image_count")
 OPT_IN_TASKS = ("flash",)  # written only when asked for (`easyvideor1 synth --tasks`)
 FLASH_SECONDS, FLASH_FRAMES = 8, 2
+FLASH_WINDOW_RE = re.compile(r"between second (\d+) and")
+
+
+def flash_call(window: int) -> str:
+    """The `crop_video` call of a flash sample's window, as the model writes it (Qwen's format)."""
+    return f'<tool_call>\n{{"name": "crop_video", "arguments": {{"start": {window}, "end": {window + 1}}}}}\n</tool_call>'
 # The demo's suite (`easyvideor1 demo`): 256 training samples per task, so every combination a
 # task can show is seen in training (with 64, two of presence's 16 asked x shown colour pairs
 # were missing from training but not from validation); 24 held-out samples per task (with 12,
@@ -204,6 +211,9 @@ def write_suite(out_dir: str | Path, num_train: int = 256, num_val: int = 64, se
                 write_video(out / media, px, fps=cfg.fps, gop=1)
                 data_type = "video"
             rows.append(_record(pid, task, problem, answer, ptype, thought, data_type, media, options))
+            if task == "flash":  # the correct trajectory looks again at the stated window first
+                window = int(FLASH_WINDOW_RE.search(problem).group(1))
+                rows[-1]["offline_output"] = flash_call(window) + rows[-1]["offline_output"]
         paths[split] = out / f"{split}.jsonl"
         with open(paths[split], "w", encoding="utf-8") as f:
             for row in rows:

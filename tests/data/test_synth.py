@@ -143,4 +143,11 @@ def test_flash_shows_its_colour_only_for_a_moment_inside_the_stated_window(tmp_p
         assert tuple(colour) == COLOURS[thought] and options[LETTERS.index(answer)].endswith(thought)
         assert ptype == "multiple choice"
     paths = write_suite(tmp_path, num_train=2, num_val=1, tasks=("flash",))
-    assert all('"task": "flash"' in line for line in paths["train"].read_text().splitlines())
+    for line in paths["train"].read_text().splitlines():  # the offline trajectory calls crop_video on the window
+        row = json.loads(line)
+        window = int(re.search(r"between second (\d+)", row["problem"]).group(1))
+        call = json.loads(re.search(r"<tool_call>(.*)</tool_call>", row["offline_output"], re.S).group(1))
+        assert row["task"] == "flash" and call == {"name": "crop_video", "arguments": {"start": window,
+                                                                                      "end": window + 1}}
+        assert re.fullmatch(r"<tool_call>.*</tool_call><think>\w+</think><answer>[A-D]</answer>", row["offline_output"],
+                            re.S)
