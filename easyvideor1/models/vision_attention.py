@@ -18,6 +18,9 @@ is taken as is). On CUDA the calls run under `fused_attention.kernel_policy`.
 
 from __future__ import annotations
 
+import weakref
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 
@@ -27,35 +30,60 @@ VISION_ATTENTION = "easyvideor1_flash_windows"
 """The `AttentionInterface` name of `window_attention` ("flash": see the module docstring)."""
 
 
+@dataclass(frozen=True)
+class _Plan:
+    """How the pieces of one `cu_seqlens` are batched."""
+
+    pieces: tuple[tuple[int, int, int], ...]  # (length, count, first token in the gathered order)
+    perm: torch.Tensor | None  # token order that puts each length's pieces side by side (None: already)
+    inverse: torch.Tensor | None  # back to the tower's order
+
+
+_last: tuple = (None, -1, None)  # (weakref to the cu_seqlens tensor, its version, its plan)
+
+
+def _plan(cu: torch.Tensor) -> _Plan:
+    """The plan of `cu` (one host sync); the tower passes the same tensor to every layer of a kind,
+    so the plan is kept for the last tensor seen (and its in-place version)."""
+    global _last
+    ref, version, plan = _last
+    if ref is not None and ref() is cu and cu._version == version:
+        return plan
+    starts = cu[:-1].tolist()
+    lengths = (cu[1:] - cu[:-1]).tolist()
+    groups: dict[int, list[int]] = {}  # length -> the starts of its pieces, in order
+    for s, n in zip(starts, lengths):
+        if n > 0:
+            groups.setdefault(n, []).append(s)
+    order = sorted(groups.items(), key=lambda g: g[1][0])  # by first piece
+    runs = all(st[-1] - st[0] == n * (len(st) - 1) for n, st in order)
+    if runs and all(a[1][-1] + a[0] == b[1][0] for a, b in zip(order, order[1:])):
+        # each length's pieces are one contiguous run, the runs in order: views, no gathers
+        plan = _Plan(tuple((n, len(st), st[0]) for n, st in order), None, None)
+    else:
+        perm = torch.cat([torch.arange(s, s + n) for n, st in order for s in st]).to(cu.device)
+        pieces, at = [], 0
+        for n, st in order:
+            pieces.append((n, len(st), at))
+            at += n * len(st)
+        plan = _Plan(tuple(pieces), perm, torch.argsort(perm))
+    _last = (weakref.ref(cu), cu._version, plan)
+    return plan
+
+
 def window_attention(module, query, key, value, attention_mask=None, scaling=None, dropout=0.0,
                      cu_seq_lens_q=None, **kwargs):
     """query/key/value [1, H, N, D], pieces given by `cu_seq_lens_q` [P + 1] -> ([1, N, H, D], None),
     the layout transformers' attention functions return."""
     if attention_mask is not None or cu_seq_lens_q is None:
         raise ValueError(f"{VISION_ATTENTION} is for the vision tower (pieces by cu_seqlens, no mask)")
-    starts = cu_seq_lens_q[:-1].tolist()
-    lengths = (cu_seq_lens_q[1:] - cu_seq_lens_q[:-1]).tolist()
-    groups: dict[int, list[int]] = {}  # length -> the starts of its pieces, in order
-    for s, n in zip(starts, lengths):
-        if n > 0:
-            groups.setdefault(n, []).append(s)
+    plan = _plan(cu_seq_lens_q)
+    if plan.perm is not None:
+        query, key, value = (x.index_select(2, plan.perm) for x in (query, key, value))
     h, d = query.shape[1], query.shape[3]
-    order = sorted(groups.items(), key=lambda g: g[1][0])  # by first piece
-    in_place = all(starts_[-1] - starts_[0] == n * (len(starts_) - 1) for n, starts_ in order) and all(
-        a[1][-1] + a[0] == b[1][0] for a, b in zip(order, order[1:]))
-    if in_place:  # each length's pieces are one contiguous run, the runs in order: views, no gathers
-        perm = None
-        pieces = [(n, len(s), s[0]) for n, s in order]
-    else:
-        perm = torch.cat([torch.arange(s, s + n) for n, s_ in order for s in s_]).to(query.device)
-        query, key, value = (x.index_select(2, perm) for x in (query, key, value))
-        pieces, at = [], 0
-        for n, s_ in order:
-            pieces.append((n, len(s_), at))
-            at += n * len(s_)
     outs = []
     with kernel_policy(query.device):
-        for n, m, at in pieces:
+        for n, m, at in plan.pieces:
             def block(x):  # [1, H, m * n, D] -> [m, H, n, D]
                 return x[0, :, at:at + m * n].reshape(h, m, n, d).transpose(0, 1)
 
@@ -63,8 +91,8 @@ def window_attention(module, query, key, value, attention_mask=None, scaling=Non
                                                dropout_p=dropout if module.training else 0.0)
             outs.append(o.transpose(1, 2).reshape(m * n, h, d))  # [m * n, H, D]
     out = torch.cat(outs)
-    if perm is not None:
-        out = out.index_select(0, torch.argsort(perm))
+    if plan.inverse is not None:
+        out = out.index_select(0, plan.inverse)
     return out[None], None
 
 
