@@ -7,6 +7,7 @@ realistic row (a Qwen2.5-VL-7B shape on a 16k-token video); the 60-second A1 att
     python3 scripts/gpu_check.py --wheels wheels        # same, installing carried wheels first
     python3 scripts/gpu_check.py --models qwen2_5_vl_7b --wheels wheels   # the realistic row
     python3 scripts/gpu_check.py --a1                   # review section F: one GQA shared block, 60 s
+    python3 scripts/gpu_check.py --a1 --cpu --a1-tokens 1280   # its code path, small, on CPU
     python3 scripts/gpu_check.py --tiny --cpu --out D   # the same logic on CPU, tiny models (~1 min)
 
 The realistic row (`qwen2_5_vl_7b`, issue 26): hidden 3584, 28 query / 4 key-value heads, MLP
@@ -26,9 +27,9 @@ The check keeps to --deadline (540 s) and writes $OUT/gpu_check.json after each 
 
 What runs, per model, in its own process (a crash or timeout of one leaves the other's row):
   1. a model with random weights is built from its config alone (no hub: the released
-     architectures' numbers are written below in `SHAPES`, with a small tokenizer and the
-     family's processor; the model keeps the real 151,936-row vocabulary so the embedding
-     and lm_head cost is real), saved in bfloat16 to a scratch folder;
+     architectures' numbers are written in `gpucheck/shapes.py`, with a small tokenizer and the
+     family's processor; the model keeps the real 151,936-row (7B: 152,064) vocabulary so the
+     embedding and lm_head cost is real), saved in bfloat16 to a scratch folder;
   2. `training.setup.build_run` on it, with the HF rollout engine, a process group of world
      size 1 (NCCL; gloo with --cpu), FSDP2 as `training/fsdp.py` applies it,
      `model.dtype: bfloat16` (fp32 master weights and AdamW states, bf16 compute through

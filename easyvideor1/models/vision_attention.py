@@ -13,7 +13,9 @@ vision config only (`model.set_attn_implementation({"vision_config": ...})`), no
 transformers hands the piece boundaries (`cu_seq_lens_q`) only to implementations whose name
 contains "flash" (`utils.generic.is_flash_attention_requested`, checked by each family's vision
 attention), hence the name; nothing of flash-attn is loaded for it (a registered custom name
-is taken as is). On CUDA the calls run under `fused_attention.kernel_policy`.
+is taken as is). A transformers that routes only its own flash names so gets here once per piece,
+with no `cu_seq_lens_q`: each call is then one piece, as `sdpa` would run it. On CUDA the calls
+run under `fused_attention.kernel_policy`.
 """
 
 from __future__ import annotations
@@ -75,8 +77,11 @@ def window_attention(module, query, key, value, attention_mask=None, scaling=Non
                      cu_seq_lens_q=None, **kwargs):
     """query/key/value [1, H, N, D], pieces given by `cu_seq_lens_q` [P + 1] -> ([1, N, H, D], None),
     the layout transformers' attention functions return."""
-    if attention_mask is not None or cu_seq_lens_q is None:
+    if attention_mask is not None:
         raise ValueError(f"{VISION_ATTENTION} is for the vision tower (pieces by cu_seqlens, no mask)")
+    if cu_seq_lens_q is None:  # a transformers that splits the pieces itself (`sdpa`-like path): one piece
+        n = query.shape[2]
+        cu_seq_lens_q = torch.tensor([0, n], device=query.device)
     plan = _plan(cu_seq_lens_q)
     if plan.perm is not None:
         query, key, value = (x.index_select(2, plan.perm) for x in (query, key, value))

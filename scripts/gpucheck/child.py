@@ -54,7 +54,8 @@ def run_one(name: str, shape: Shape, work: Path, data: dict, args) -> dict:
     cfg = load_config(None, [
         f"model.path={model_dir}", f"model.dtype={args.dtype}", "model.gradient_checkpointing=true",
         "model.attn_implementation=sdpa", f"vision.family={shape.family}", "vision.fps=2.0",
-        f"data.train_files=[{data['train']}]", "data.shuffle=false", f"data.max_prompt_tokens={wl.max_prompt_tokens}", "rollout.engine=hf", f"rollout.n={wl.n}",
+        f"data.train_files=[{data['train']}]", "data.shuffle=false", f"data.max_prompt_tokens={wl.max_prompt_tokens}",
+        "rollout.engine=hf", f"rollout.n={wl.n}",
         f"rollout.max_tokens={wl.max_tokens}", "rollout.temperature=1.0", "algorithm.disable_kl=true",
         f"training.steps={args.steps}", f"training.rollout_batch_size={wl.prompts}",
         f"training.mini_batch_size={wl.prompts}", f"training.micro_batch_size={wl.micro}",

@@ -88,7 +88,9 @@ def test_windows_batched_equal_sdpa(tiny_dirs, name):
             assert max(len(layer) for layer in ref_calls) > 2 * max(len(layer) for layer in ours_calls) >= 8
 
 
-def test_window_attention_refuses_a_mask():
-    q = torch.zeros(1, 2, 4, 8)
+def test_window_attention_refuses_a_mask_and_takes_one_piece():
+    q, k, v = torch.randn(3, 1, 2, 5, 8).unbind(0)
     with pytest.raises(ValueError, match="vision tower"):
-        window_attention(torch.nn.Module(), q, q, q, attention_mask=torch.ones(4, 4), cu_seq_lens_q=None)
+        window_attention(torch.nn.Module(), q, k, v, attention_mask=torch.ones(5, 5), cu_seq_lens_q=None)
+    out, _ = window_attention(torch.nn.Module(), q, k, v, scaling=0.5)  # no cu_seqlens: the whole input
+    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, scale=0.5).transpose(1, 2))
