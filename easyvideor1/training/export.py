@@ -5,6 +5,7 @@ LoRA policy also as a PEFT adapter folder: at the end of training (`export_hf`,
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import torch
@@ -37,8 +38,8 @@ def write_hf(model, processor, dtype: str, out_dir: str | Path) -> Path | None:
         # skeleton of the base architecture (same config, same names on disk).
         from transformers import AutoModelForImageTextToText
 
-        with torch.device("meta"):
-            skeleton = AutoModelForImageTextToText.from_config(model.config)
+        with torch.device("meta"):  # a copy: the vision tower's attention name is the loaded model's own
+            skeleton = AutoModelForImageTextToText.from_config(copy.deepcopy(model.config), attn_implementation="sdpa")
         skeleton.generation_config = model.generation_config
         model = skeleton
     saved_dtype = model.config.dtype
