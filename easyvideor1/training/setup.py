@@ -29,6 +29,9 @@ from easyvideor1.rewards.batch import ScoringPool, score_batch
 from easyvideor1.prompts import PromptBuilder
 from easyvideor1.rollout.base import banned_token_ids
 from easyvideor1.rollout.hf_engine import HFEngine
+from easyvideor1.rollout.tools.multiturn import ToolEngine, ToolLimits
+from easyvideor1.rollout.tools.registry import get_tools
+from easyvideor1.rollout.tools.video_tools import ClipSource
 from easyvideor1.rollout.vllm_engine import VLLMEngine  # imports vllm only when one is built
 from easyvideor1.rollout.vllm_inputs import check_media_limits
 from easyvideor1.training.fsdp import init_distributed, run_root_once, shard
@@ -220,6 +223,11 @@ def build_run(cfg: Config) -> Run:
     if sp is not None:  # rows are split over the group's ranks: they must be packed rows
         ctx.padding_free, ctx.sequence_parallel = True, sp
     engine = make_engine(cfg, model, processor, family, spec, train_samples + val_samples)
+    tools = get_tools(cfg.rollout.tools)
+    if tools:  # multi-turn rollouts (`rollout.tools`)
+        r = cfg.rollout
+        engine = ToolEngine(engine, processor, family, spec, tools, ClipSource(cfg.vision),
+                            ToolLimits(r.max_turns, r.tool_call_visual_tokens, r.tool_response_visual_tokens))
     correction, why = resolve_rollout_correction(cfg.algorithm.rollout_correction, cfg.rollout.engine)
     log.info("rollout correction: %s (%s)%s", correction, why,
              "" if correction == "none" else f", threshold C={cfg.algorithm.rollout_correction_threshold:g}")
@@ -229,11 +237,13 @@ def build_run(cfg: Config) -> Run:
                                               "padding_free_active": ctx.padding_free}, enabled=rank == 0)
     prompts = PromptBuilder(frames, processor, family, spec,
                             render=partial(render_prompt, template_dir=cfg.data.template_dir),
-                            max_prompt_tokens=cfg.data.max_prompt_tokens)
+                            max_prompt_tokens=cfg.data.max_prompt_tokens,
+                            tools=[t.schema() for t in tools.values()] or None)
     rollouts = RolloutStage(engine, make_score_fn(cfg), processor.tokenizer, _end_token(processor), cfg.rollout,
                             cfg.hybrid, cfg.algorithm, cfg.training.seed,
                             stop_token_ids(cfg.rollout.stop_tokens, processor.tokenizer),
-                            split=None if sp is None else partial(split_rollouts, sp), count_group=dp.group)
+                            split=None if sp is None else partial(split_rollouts, sp), count_group=dp.group,
+                            replay=engine.replay if tools else None)
     return Run(cfg=cfg, model=model, reference=reference, optimizer=optimizer,
                scheduler=make_scheduler(optimizer, cfg), kl=make_kl_controller(cfg.algorithm),
                loader=PromptLoader(train_samples, cfg.training.rollout_batch_size, cfg.training.seed, cfg.data.shuffle),
