@@ -112,23 +112,23 @@ def _train(cfg, procs: int, *overrides: str) -> str:
 
 
 def test_training_resumes_on_another_number_of_processes(tmp_path):
-    """Step 3 of a run resumed from a step-2 checkpoint written by 2 processes (resumed by 1) or by
+    """Step 2 of a run resumed from a step-1 checkpoint written by 2 processes (resumed by 1) or by
     1 (resumed by 2) ends where the uninterrupted run does. allclose, not equal: the gradients of
     the resumed step are summed over another number of ranks (FSDP2's reduce-scatter against one
     process's sum), which rounds differently, as in test_distributed's 1-vs-2-process check."""
     model = build_tiny_model("qwen2_5_vl", tmp_path / "model", seed=1)
-    data = write_suite(tmp_path / "synth", num_train=12, num_val=0, seed=4)["train"]
-    ckpts = {"checkpoint__every": 1, "checkpoint__keep": 3, "checkpoint__resume": "auto"}
-    runs = {k: write_config(tmp_path, model, data, tmp_path / k, steps=3, **ckpts) for k in ("one", "two")}
+    data = write_suite(tmp_path / "synth", num_train=8, num_val=0, seed=4)["train"]
+    ckpts = {"checkpoint__every": 1, "checkpoint__resume": "auto"}
+    runs = {k: write_config(tmp_path, model, data, tmp_path / k, steps=2, **ckpts) for k in ("one", "two")}
     _train(runs["one"], 1)
     _train(runs["two"], 2)
     w1 = load_file(str(tmp_path / "one" / "hf_model" / "model.safetensors"))
     for written, resumed in (("two", 1), ("one", 2)):
         out = tmp_path / f"{written}_to_{resumed}"
-        cfg = write_config(tmp_path, model, data, out, steps=3, checkpoint__every=0,
-                           checkpoint__resume=str(tmp_path / written / "checkpoints" / "step-000002"))
+        cfg = write_config(tmp_path, model, data, out, steps=2, checkpoint__every=0,
+                           checkpoint__resume=str(tmp_path / written / "checkpoints" / "step-000001"))
         log = _train(cfg, resumed)
-        assert "resumed from" in log and "step-000002" in log
+        assert "resumed from" in log and "step-000001" in log
         w = load_file(str(out / "hf_model" / "model.safetensors"))
         assert set(w) == set(w1)
         for name in w1:
