@@ -1,7 +1,6 @@
 """Maximum resident memory of each rank of a 2-process CPU training run (torchrun, FSDP2, gloo)
 on a Qwen2.5-VL-shaped model built from the tiny one's config with larger text dims (~60M
-parameters by default): start-up alone (`training.steps=0`), 2 training steps, the same with a
-checkpoint at step 2, and resuming from that checkpoint for a third step. No HF export at the
+parameters by default): 2 training steps (start-up included), the same with a checkpoint at step 2, and resuming from that checkpoint for a third step. No HF export at the
 end (`checkpoint.export_hf=false`): it is measured elsewhere.
 
     python benchmarks/rank_memory.py [--hidden 768] [--layers 12] [--keep DIR]
@@ -16,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import resource
 import shutil
@@ -47,6 +47,12 @@ def build_model(root: Path, hidden: int, layers: int) -> tuple[Path, int]:
 
     from easyvideor1.models.tiny import SPECIAL_TOKENS, TINY_CONFIGS, SIZES, TinySize, build_tiny_model
 
+    out = root / "model"
+    if (out / "model.safetensors").exists():  # --keep DIR of an earlier run (another checkout): the same model
+        from safetensors import safe_open
+
+        with safe_open(str(out / "model.safetensors"), "pt") as f:
+            return out, sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys())
     tiny = build_tiny_model("qwen2_5_vl", root / "tiny", seed=0)
     tokenizer = AutoTokenizer.from_pretrained(tiny)
     tokens = {t: tokenizer.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS}
@@ -59,7 +65,6 @@ def build_model(root: Path, hidden: int, layers: int) -> tuple[Path, int]:
         torch.manual_seed(0)
         model = AutoModelForImageTextToText.from_config(config, dtype=torch.float32)
     model.generation_config = GenerationConfig.from_pretrained(tiny)
-    out = root / "model"
     shutil.copytree(tiny, out)
     model.save_pretrained(out)
     return out, sum(p.numel() for p in model.parameters())
@@ -112,8 +117,7 @@ def main() -> None:
     data = write_suite(root / "synth", num_train=8, num_val=0, seed=0)["train"]
     rss = root / "rss"
     rss.mkdir(exist_ok=True)
-    rows = [("start-up (training.steps=0)", write_config(root, model, data, root / "startup", 0, 0)),
-            ("train 2 steps", write_config(root, model, data, root / "train", 2, 0)),
+    rows = [("train 2 steps", write_config(root, model, data, root / "train", 2, 0)),
             ("train 2 steps, checkpoint at 2", write_config(root, model, data, root / "ckpt", 2, 2)),
             ("resume at 2, train step 3", write_config(root, model, data, root / "ckpt", 3, 0))]
     full = params * 4 * 3 / 2**30
