@@ -39,6 +39,7 @@ from torch.distributed.checkpoint.state_dict import (
 )
 
 from easyvideor1 import distributed, testhooks
+from easyvideor1.config import CheckpointConfig
 from easyvideor1.errors import out_of_space
 from easyvideor1.models.lora import has_adapters, trainable_names
 from easyvideor1.training.shards import Shards, shard_files, write_shard
@@ -102,7 +103,7 @@ def _split_optimizer(tree: dict[str, Any]) -> tuple[dict[str, torch.Tensor], dic
 
 def save_checkpoint(root: str | os.PathLike, step: int, model: torch.nn.Module,
                     optimizer: torch.optim.Optimizer, scheduler: Any, trainer_state: dict[str, Any],
-                    keep: int = 2, timeout_minutes: float = 60.0) -> Path | None:
+                    keep: int = 2, timeout_minutes: float = CheckpointConfig.timeout_minutes) -> Path | None:
     """Write checkpoint `step` under `root`: every rank writes its shards (all ranks call);
     `timeout_minutes` bounds the wait for the slowest rank's write. Returns the folder on rank 0."""
     model_sd = _model_tensors(model)
