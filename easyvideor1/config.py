@@ -219,6 +219,8 @@ class CheckpointConfig:
     """Keep the newest K checkpoints."""
     resume: str = "auto"
     """`auto` (newest complete checkpoint in out_dir), `never`, or a checkpoint folder."""
+    timeout_minutes: float = 60.0
+    """How long ranks wait for each other's checkpoint writes (a CPU group of its own, not the NCCL timeout)."""
     export_hf: bool = True
     """Write `<out_dir>/hf_model` (from_pretrained / vLLM loadable) at the end, checkpoints or not."""
 

@@ -214,7 +214,8 @@ def checkpoint_run(run: Run, step: int) -> None:
     optimizer, schedule and every rank's RNG are saved by `checkpoint.save_checkpoint`)."""
     state = {"loader": run.loader.state_dict(), "kl_controller": run.kl.state_dict(), "step": step}
     ckpt.save_checkpoint(f"{run.cfg.logging.out_dir}/checkpoints", step, run.model, run.optimizer,
-                         run.scheduler, state, keep=run.cfg.checkpoint.keep)
+                         run.scheduler, state, keep=run.cfg.checkpoint.keep,
+                         timeout_minutes=run.cfg.checkpoint.timeout_minutes)
 
 
 def maybe_resume(run: Run) -> int:
