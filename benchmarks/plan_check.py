@@ -4,10 +4,10 @@
 
 Each configuration runs in a fresh subprocess: a Qwen2.5-VL-shaped model built from its config
 (random weights), one warm-up step (gradients and AdamW's states allocated), then one
-forward + backward of the trainer's shape: the backbone over one packed row of the micro-batch's
-tokens (`memory_plan.row_shape`: prompts once under shared prefix, plus the responses), the
-response positions scored by the chunked log-prob head (`models.logprobs.token_logprobs`), the
-loss backpropagated. `bfloat16` keeps float32 masters, gradients and AdamW states and computes on a
+forward + backward of the trainer's shape: the vision tower over each prompt's video and the
+backbone over one packed row of the micro-batch's tokens (`memory_plan.row_shape`: prompts once
+under shared prefix, plus the responses), the response positions scored by the chunked log-prob
+head (`models.logprobs.token_logprobs`), the loss backpropagated. `bfloat16` keeps float32 masters, gradients and AdamW states and computes on a
 bf16 copy (as FSDP2's mixed precision does).
 
 - State: exact bytes of the parameters, gradients and optimizer states (sums of tensor sizes).
@@ -53,15 +53,19 @@ class Check:
     shared_prefix: bool
     checkpointing: bool
     dtype: str
+    vision_tokens: int = 0
+    """LLM tokens of the video in each prompt (its merge^2 x as many patches go through the vision tower)."""
+    vision_width: int = 32
+    vision_depth: int = 1
 
 
 CHECKS = [
-    Check("A: hidden 256 x 4 layers, 2 rows of 1536+512 packed, float32, no checkpointing",
-          256, 4, 4, 2, 8192, 1536, 512, 2, 2, False, False, "float32"),
-    Check("B: hidden 384 x 3 layers, 1 row of 3072+1024, float32, gradient checkpointing",
-          384, 3, 6, 2, 8192, 3072, 1024, 1, 1, False, True, "float32"),
-    Check("C: hidden 512 x 3 layers, shared prompt 2048 + 4 x 1024, bf16 compute, no checkpointing",
-          512, 3, 8, 2, 16384, 2048, 1024, 4, 4, True, False, "bfloat16"),
+    Check("A: hidden 256 x 4 layers, 2 rows of 1536+512 packed, 1024 video tokens each (vision 256 x 4 blocks), "
+          "float32, no checkpointing", 256, 4, 4, 2, 8192, 1536, 512, 2, 2, False, False, "float32", 1024, 256, 4),
+    Check("B: hidden 384 x 3 layers, 1 row of 3072+1024, 1024 video tokens (vision 256 x 4 blocks), float32, "
+          "gradient checkpointing", 384, 3, 6, 2, 8192, 3072, 1024, 1, 1, False, True, "float32", 1024, 256, 4),
+    Check("C: hidden 512 x 3 layers, shared prompt 2048 (1024 video tokens, vision 256 x 4 blocks) + 4 x 1024, "
+          "bf16 compute, no checkpointing", 512, 3, 8, 2, 16384, 2048, 1024, 4, 4, True, False, "bfloat16", 1024, 256, 4),
 ]
 
 
@@ -69,7 +73,8 @@ def model_config(check: Check):
     from easyvideor1.models.tiny import TINY_CONFIGS, TinySize
     from easyvideor1.models.tokenizer import SPECIAL_TOKENS
 
-    size = TinySize(check.hidden, check.layers, check.heads, check.kv_heads, 32, 1, 2, check.vocab)
+    size = TinySize(check.hidden, check.layers, check.heads, check.kv_heads, check.vision_width, check.vision_depth,
+                    check.vision_width // 64 or 2, check.vocab)
     return TINY_CONFIGS["qwen2_5_vl"](size, {t: i for i, t in enumerate(SPECIAL_TOKENS)})
 
 
@@ -77,7 +82,7 @@ def workload(check: Check):
     from easyvideor1.training.memory_plan import DTYPE_BYTES, Workload
 
     return Workload(gpus=1, gpu_gib=1e6, compute_bytes=DTYPE_BYTES[check.dtype], prompt_tokens=check.prompt,
-                    vision_tokens=0, response_tokens=check.response, n=check.n,
+                    vision_tokens=check.vision_tokens, response_tokens=check.response, n=check.n,
                     micro_batch_size=check.micro_batch_size, micro_batch_tokens=0, shared_prefix=check.shared_prefix,
                     sequence_parallel=1, checkpointing=check.checkpointing, chunk=1024, entropy=False, adam=True,
                     reference=False, lora_rank=0, lora_targets=(), freeze_vision=False, vllm=False, vllm_share=0.0,
@@ -106,20 +111,33 @@ def measure(check: Check) -> dict[str, float]:
         compute.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     compute.train()
     optimizer = torch.optim.AdamW(master.parameters(), lr=1e-4)
-    tokens, _, responses = row_shape(workload(check))
+    tokens, prompts, responses = row_shape(workload(check))
+    config = master.config
 
-    def step(length: int, scored: int) -> None:
+    def step(length: int, scored: int, videos: int = 0) -> None:
         ids = torch.randint(100, check.vocab, (1, length))
-        hidden = compute.model(input_ids=ids, use_cache=False).last_hidden_state  # [1, T, H]
+        media = {}
+        if videos:  # each video: 2 temporal patches of 32 x (vision_tokens / 32) merged tokens
+            grid = torch.tensor([[2, 32, 4 * check.vision_tokens // 64]] * videos)
+            for v in range(videos):  # [vision_start, video_pad x vision_tokens, vision_end] inside prompt v
+                at = 1 + v * (length // max(1, videos))
+                ids[0, at] = config.vision_start_token_id
+                ids[0, at + 1:at + 1 + check.vision_tokens] = config.video_token_id
+                ids[0, at + 1 + check.vision_tokens] = config.vision_end_token_id
+            patch = config.vision_config.patch_size
+            media = dict(pixel_values_videos=torch.randn(int(grid.prod(-1).sum()), 3 * 2 * patch * patch,
+                                                         dtype=compute.dtype), video_grid_thw=grid)
+        hidden = compute.model(input_ids=ids, use_cache=False, **media).last_hidden_state  # [1, T, H]
         rows = hidden[0, length - scored - 1:length - 1]  # the positions that predict the scored tokens
         logp, _ = token_logprobs(rows, compute.lm_head, ids[0, length - scored:], chunk_size=1024)
         (-logp.mean()).backward()
 
-    step(64, 16)  # warm-up: gradients and optimizer states exist from here on
+    step(64 + (prompts * (check.vision_tokens + 2) if check.vision_tokens else 0), 16,
+         prompts if check.vision_tokens else 0)  # warm-up: gradients and optimizer states exist from here on
     if compute is not master:
         for p, q in zip(master.parameters(), compute.parameters()):
             p.grad = None if q.grad is None else q.grad.float()
-    for p in master.parameters():  # the vision tower's (a text-only row gives it none; a video row would)
+    for p in master.parameters():  # what the forward did not reach (the vision tower of a text-only row)
         if p.grad is None:
             p.grad = torch.zeros_like(p)
     optimizer.step()
@@ -132,7 +150,7 @@ def measure(check: Check) -> dict[str, float]:
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")  # resets VmHWM to the current resident set
     before = _status("VmRSS")
-    step(tokens, responses)
+    step(tokens, responses, prompts if check.vision_tokens else 0)
     return {**state, "activations": _status("VmHWM") - before}
 
 
@@ -184,12 +202,12 @@ def run_checks(checks: list[Check]) -> list[tuple[Check, dict]]:
 
 
 def table(results: list[tuple[Check, dict]]) -> str:
-    lines = [f"{'configuration':<88} {'what':<12} {'plan MiB':>9} {'measured':>9} {'ratio':>6}"]
+    lines = [f"{'configuration':<4} {'what':<12} {'plan MiB':>9} {'measured':>9} {'ratio':>6}"]
     for check, rows in results:
         for what, (p, m, r) in rows.items():
-            lines.append(f"{check.name:<88} {what:<12} {p:9.1f} {m:9.1f} {r:6.2f}"
+            lines.append(f"{check.name[0]:<4} {what:<12} {p:9.1f} {m:9.1f} {r:6.2f}"
                          + ("" if abs(r - 1) <= TOLERANCE else "  OUTSIDE"))
-    return "\n".join(lines)
+    return "\n".join(lines + [check.name for check, _ in results])
 
 
 def main() -> int:

@@ -140,7 +140,8 @@ def _demo(args: argparse.Namespace) -> int:
 
 def _plan(args: argparse.Namespace) -> int:
     path, overrides = _split_config(args)
-    arguments.at_least(1, gpus=args.gpus, vision_tokens=args.vision_tokens)
+    arguments.at_least(1, gpus=args.gpus)
+    arguments.at_least(0, vision_tokens=args.vision_tokens)
     arguments.above(0, gpu_memory_gib=args.gpu_memory_gib)
     from easyvideor1.config import load_config  # imports torch
     from easyvideor1.training.memory_plan import advice, from_config, plan_memory, render_plan
@@ -217,6 +218,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="the model's shape instead of model.path's: a folder or config.json, a name of the built-in "
                         "table, or tiny:FAMILY[:SIZE]")
     p.add_argument("--vision-tokens", type=int, default=None,
-                   help="LLM tokens of a prompt's video (default: the longest video the vision section admits, "
-                        "at most data.max_prompt_tokens)")
+                   help="LLM tokens of a prompt's video or images, 0 for text (default: the longest video the vision "
+                        "section admits, at most data.max_prompt_tokens)")
     p.set_defaults(func=_plan)

@@ -29,7 +29,8 @@ only) and the gradients of its MLP's intermediates (`BACKWARD_MLP` x cI).
 
 The vision tower is counted the same way per patch (merge^2 patches per LLM vision token): norms
 (2(4W + 4 + 2cW)), qkv (3cW), q and k after RoPE (2cW), attention output and proj input (2cW), MLP
-(4cI gated, 2cI fc1/fc2); with checkpointing each block's input (cW). It is not in the CPU check.
+(4cI gated, 2cI fc1/fc2); with checkpointing each block's input (cW). Once per patch: its pixels
+(the patch embedding's input), RoPE's cos and sin, the merger's norm and MLP (`patch_bytes`).
 
 The log-prob head makes one chunk of `training.logprob_chunk_size` rows of [chunk, V] logits at
 a time, checkpointed: its backward holds the float32 log-softmax, its gradient and the logits'
@@ -150,6 +151,13 @@ def vision_block_bytes(s: ModelShape, c: int) -> float:
     return 2 * (4 * W + 4) + c * 11 * W + c * (4 if s.vision_gated else 2) * I
 
 
+def patch_bytes(s: ModelShape, c: int) -> float:
+    """Bytes saved once per patch outside the blocks: the pixels (patch embedding's input), RoPE's
+    cos and sin, the merger's norm (4W + 4 + cW) and MLP (3cW per patch)."""
+    W = s.vision_hidden
+    return c * s.patch_values + 2 * c * W // s.vision_heads + 4 * W + 4 + 4 * c * W
+
+
 def text_activations(s: ModelShape, c: int, tokens: int, checkpointing: bool) -> tuple[float, float]:
     """(saved, working) bytes of the language model over a row of `tokens`: what forward keeps
     until backward, and what backward adds while one layer is done (recomputed with checkpointing)."""
@@ -167,7 +175,7 @@ def logits_bytes(s: ModelShape, c: int, rows: int, entropy: bool) -> float:
 def vision_activations(s: ModelShape, c: int, patches: int, checkpointing: bool) -> tuple[float, float]:
     """(saved, working) bytes of the vision tower over `patches` (as `text_activations`)."""
     block = vision_block_bytes(s, c)
-    return (patches * s.vision_layers * (c * s.vision_hidden if checkpointing else block),
+    return (patches * (s.vision_layers * (c * s.vision_hidden if checkpointing else block) + patch_bytes(s, c)),
             patches * block if checkpointing else 0.0)
 
 

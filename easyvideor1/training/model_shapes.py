@@ -87,6 +87,8 @@ class ModelShape:
     """Vision MLP is gated (gate/up/down, Qwen2.5-VL) or fc1/fc2 (Qwen2-VL, Qwen3-VL)."""
     merge: int
     """Spatial merge side: merge^2 patches make one LLM vision token."""
+    patch_values: int
+    """Values of one patch, the vision tower's input (channels x temporal patch x patch side^2)."""
     parameters: int
     """All parameters, lm_head counted apart from the embedding (training unties them)."""
     vision_parameters: int
@@ -165,6 +167,7 @@ def read_shape(value: str) -> ModelShape:
         vision_heads=vision.num_heads,
         vision_intermediate=_vision_intermediate(blocks[0]), vision_gated=hasattr(blocks[0].mlp, "gate_proj"),
         merge=vision.spatial_merge_size,
+        patch_values=3 * vision.temporal_patch_size * vision.patch_size**2,
         parameters=count(model) + (vocab * hidden if model.lm_head.weight is inner.language_model.embed_tokens.weight
                                    else 0),
         vision_parameters=count(inner.visual), largest_unit=max([count(b) for b in layers + blocks] + [vocab * hidden]),

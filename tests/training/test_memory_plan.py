@@ -1,11 +1,12 @@
 """`easyvideor1 plan`'s memory model (`training.memory_plan`) against what the CPU measures.
 
 Three configurations (`benchmarks/plan_check.CHECKS`: float32 without and with gradient
-checkpointing, bf16 compute with a shared prompt; different micro-batches) each run one real
-forward + backward of a Qwen2.5-VL-shaped model in a fresh subprocess: state is the exact bytes of
+checkpointing, bf16 compute with a shared prompt; different micro-batches; a video in every
+prompt) each run one real forward + backward of a Qwen2.5-VL-shaped model (vision tower
+included) in a fresh subprocess: state is the exact bytes of
 parameters, gradients and AdamW states, activations the peak resident memory above the step's
 start. The plan, read from the model's config.json, must be within 25% of both. The same check
-fails for a formula without the MLP's saved tensors (a shape with no intermediate width).
+fails for a formula without the MLPs' saved tensors (a shape with no intermediate widths).
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ def test_a_formula_without_the_mlp_term_fails_the_check(checked):
     ratios = []
     for check, measured in checked:
         shape = _shape(check)
-        no_mlp = dataclasses.replace(shape, intermediate=0)
+        no_mlp = dataclasses.replace(shape, intermediate=0, vision_intermediate=0)  # no MLP in layers or blocks
         assert layer_bytes(no_mlp, 4) < layer_bytes(shape, 4)
         ratios.append(plan_check.compare(plan_check.plan_figures(no_mlp, check), measured)["activations"][2])
     assert any(abs(r - 1) > plan_check.TOLERANCE for r in ratios), ratios
