@@ -35,7 +35,7 @@ from torch.utils.checkpoint import checkpoint
 from easyvideor1 import distributed
 from easyvideor1.algorithms.kl import full as vocabulary_kl
 from easyvideor1.models.collate import Batch
-from easyvideor1.models.lora import _WithoutAdapters
+from easyvideor1.models.lora import viewed_module
 from easyvideor1.models.packing import PACKED_ATTENTION, language_attention
 from easyvideor1.models.ulysses import ULYSSES_ATTENTION, SequenceParallel, sharded_hidden
 
@@ -69,7 +69,7 @@ def run_head_pass(self, fn, *tensors):
 
 def head_unit(head):
     """The module that holds `head`'s parameters (the policy's own head for a LoRA reference view)."""
-    return head.module if isinstance(head, _WithoutAdapters) else head
+    return viewed_module(head)
 
 
 def head_pass(head, fn, *tensors):

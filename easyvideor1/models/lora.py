@@ -114,6 +114,11 @@ class _WithoutAdapters:
             return self.module.forward(*args, **kwargs)
 
 
+def viewed_module(part):
+    """The module a `ReferenceView` part calls (the policy's own), or `part` itself."""
+    return part.module if isinstance(part, _WithoutAdapters) else part
+
+
 class ReferenceView:
     """The LoRA policy with its adapters off: the reference model of the KL terms, sharing the
     policy's (frozen) base weights. Offers what the log-prob passes use (`models/logprobs.py`):
