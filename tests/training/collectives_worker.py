@@ -1,10 +1,12 @@
 """Count the collectives of log-prob passes under FSDP2 (torchrun, 2 CPU processes, gloo): the
 policy's grad pass (forward + backward), a no-grad pass, and a grad pass with the exact KL to a
 sharded reference, each once with one head chunk and once with many. Also records the dtype of
-every all-gather of a weight sync (`models.lora.merged_state_items`) in the rollout dtype.
-Writes `<out>/counts-rank<r>.json`. A test helper, run as a script:
+every all-gather of a weight sync (`models.lora.merged_state_items`) in the rollout dtype, and
+each rank's balanced slots of the samples in SAMPLES_JSONL when the ranks read the media
+differently: sample 0's video is unreadable on rank 1 only (a transient read error, or another
+decoder on another node). Writes `<out>/counts-rank<r>.json`. A test helper, run as a script:
 
-    head_collectives_worker.py MODEL_DIR OUT_DIR
+    collectives_worker.py MODEL_DIR SAMPLES_JSONL OUT_DIR
 """
 
 import json
@@ -24,10 +26,14 @@ from easyvideor1.models.mrope import mrope_spec
 from easyvideor1.prompts import Prompt
 from easyvideor1.records import Rollout, Sample
 from easyvideor1.training.fsdp import init_distributed, run_root_once, shard
+from easyvideor1.training.rank_balance import rank_slots
 from easyvideor1.training.sequences import ForwardContext, forward_logprobs, make_batch
+from easyvideor1.vision.config import VisionConfig
 
 QUESTIONS = ["What is two plus two, written as a word?", "Name a colour."]
 RESPONSE_TOKENS = 24  # per response: 48 scored tokens, 12 chunks of 4
+VISION = VisionConfig(family="qwen2_5_vl", max_frames=8, video_min_pixels=3136, video_max_pixels=12544)
+BROKEN = {1: 0}  # rank -> the sample whose video that rank cannot read
 
 
 def _kind(op) -> str | None:
@@ -68,8 +74,18 @@ def counted(fn) -> dict[str, int]:
     return dict(mode.counts)
 
 
-def main(model_dir: str, out: str) -> None:
+def balanced_slots_of(samples_path: str, rank: int, world: int, out: str) -> list[int]:
+    rows = [json.loads(line) for line in Path(samples_path).read_text().splitlines()]
+    samples = [Sample(problem=r["problem"], answer=r["answer"], problem_type=r["problem_type"],
+                      videos=list(r.get("videos", [])), problem_id=r["problem_id"]) for r in rows]
+    if rank in BROKEN:
+        samples[BROKEN[rank]].videos = [str(Path(out) / "missing.mp4")]
+    return rank_slots(samples, rank, world, VISION)
+
+
+def main(model_dir: str, samples_path: str, out: str) -> None:
     rank, world, device = init_distributed()
+    slots = balanced_slots_of(samples_path, rank, world, out)
     model = load_policy(model_dir, "float32")
     reference = load_reference(model_dir, "bfloat16")
     processor = load_processor(model_dir)
@@ -111,9 +127,9 @@ def main(model_dir: str, out: str) -> None:
     Path(out).mkdir(parents=True, exist_ok=True)
     (Path(out) / f"counts-rank{rank}.json").write_text(json.dumps(
         {"counts": counts, "sync_gather_dtypes": sorted(sync.gather_dtypes),
-         "sync_item_dtypes": sorted({str(d) for d in items.values()})}))
+         "sync_item_dtypes": sorted({str(d) for d in items.values()}), "slots": slots}))
     distributed.close()  # every rank, after the last collective
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    main(sys.argv[1], sys.argv[2], sys.argv[3])
