@@ -82,8 +82,8 @@ class ModelConfig:
     """Attention kernel: `sdpa`, `eager`, `flash_attention_2`."""
     freeze_vision: bool = False
     """Keep the vision tower frozen (no gradient, no optimizer state)."""
-    gradient_checkpointing: bool = False
-    """Recompute activations in the backward pass to save memory."""
+    gradient_checkpointing: bool | Literal["auto"] = "auto"
+    """Recompute activations in backward to save memory; auto: on for rows over 4096 tokens (training.recompute)."""
     lora: LoRAConfig = field(default_factory=LoRAConfig)
     """LoRA adapters (peft) instead of full fine-tuning; the reference is then the base model."""
 

@@ -40,6 +40,7 @@ from easyvideor1.training.loader import PromptLoader
 from easyvideor1.training.metrics import MetricsSink
 from easyvideor1.training.sequence_parallel import data_parallel, setup_sequence_parallel, split_rollouts
 from easyvideor1.training.sequences import ForwardContext
+from easyvideor1.training.recompute import gradient_checkpointing
 from easyvideor1.training.run import Run
 from easyvideor1.vision.cache import FrameSource
 
@@ -93,8 +94,9 @@ def make_engine(cfg: Config, model, processor, family, spec, samples: list[Sampl
     """The rollout engine named by `rollout.engine` (vLLM imported only when chosen).
 
     vLLM: under torchrun one engine per rank (`external_launcher`; ranks of a tensor-parallel
-    group share one), context = `data.max_prompt_tokens + rollout.max_tokens`, LM head tied
-    as in the policy (FSDP unties it). `samples` are checked against the per-prompt media limits.
+    group share one), in one process an in-process engine core (weight syncs stay in memory),
+    context = `data.max_prompt_tokens + rollout.max_tokens`, LM head tied as in the policy
+    (FSDP unties it). `samples` are checked against the per-prompt media limits.
     """
     if cfg.rollout.engine == "vllm":
         r, world = cfg.rollout, distributed.world_size()
@@ -108,7 +110,8 @@ def make_engine(cfg: Config, model, processor, family, spec, samples: list[Sampl
                           max_model_len=cfg.data.max_prompt_tokens + r.max_tokens,
                           gpu_memory_utilization=r.gpu_memory_utilization, limit_mm_per_prompt=limits,
                           enable_sleep_mode=None if r.sleep else False, seed=cfg.training.seed,
-                          enforce_eager=r.enforce_eager, external_launcher=world > 1, untie_embeddings=untied)
+                          enforce_eager=r.enforce_eager, external_launcher=world > 1, untie_embeddings=untied,
+                          in_process_engine=True)  # syncs in memory, no weights file (`rollout.vllm_engine`)
     return HFEngine(model, processor, family, spec)
 
 
@@ -175,8 +178,10 @@ def build_run(cfg: Config) -> Run:
     # The policy's parameters and AdamW states are float32 (master weights); `model.dtype` is the
     # compute dtype, applied by FSDP2 (`shard(param_dtype=...)`). At lr 1e-6, bf16 parameters
     # would round most updates away.
-    model = load_policy(m.path, "float32", m.attn_implementation, m.freeze_vision, m.gradient_checkpointing,
-                        load_device)
+    recompute, why = gradient_checkpointing(cfg)
+    if rank == 0:
+        log.info("gradient checkpointing: %s (%s)", "on" if recompute else "off", why)
+    model = load_policy(m.path, "float32", m.attn_implementation, m.freeze_vision, recompute, load_device)
     family, spec = family_of(model.config), mrope_spec(model.config)
     if family.name != cfg.vision.family:
         raise ConfigError(f"model {m.path} is {family.name} but vision.family={cfg.vision.family}: the frame sizes "
@@ -202,10 +207,12 @@ def build_run(cfg: Config) -> Run:
     shard(model, param_dtype=None if compute_dtype == torch.float32 else compute_dtype, vision_unit=sp is not None)
     if reference is not None and not lora.rank:
         shard(reference, vision_unit=sp is not None)
-    if sp is not None:  # the vision tower is called before the backbone: FSDP2 must know its roots first
-        for m in (model, reference):
-            if m is not None:
-                run_root_once(m, device)
+    # FSDP2 must know its roots first: the passes call the backbone and the head directly (and, under
+    # sequence parallelism, the vision tower before the backbone)
+    for m in (model, reference):
+        if m is not None:
+            run_root_once(m, device)
+    if sp is not None:
         log.info("sequence parallelism: %d ranks per row, %d data-parallel groups", sp.size, dp.world)
     trainable, total = parameter_counts(model)
     log.info("parameters: %s trainable / %s total (%.2f%%)%s", f"{trainable:,}", f"{total:,}",
