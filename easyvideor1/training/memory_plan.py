@@ -51,6 +51,7 @@ from dataclasses import dataclass, replace
 
 from easyvideor1.models.families import get_family
 from easyvideor1.training.model_shapes import ModelShape
+from easyvideor1.training.recompute import gradient_checkpointing
 
 GIB = 2**30
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -305,7 +306,7 @@ def from_config(cfg, shape: ModelShape, gpus: int, gpu_gib: float, vision_tokens
                           video_tokens(cfg.vision, shape) if vision_tokens is None else vision_tokens),
         response_tokens=r.max_tokens, n=r.n, micro_batch_size=t.micro_batch_size,
         micro_batch_tokens=t.micro_batch_tokens, shared_prefix=t.shared_prefix,
-        sequence_parallel=t.sequence_parallel_size, checkpointing=cfg.model.gradient_checkpointing,
+        sequence_parallel=t.sequence_parallel_size, checkpointing=gradient_checkpointing(cfg)[0],
         chunk=t.logprob_chunk_size, entropy=cfg.algorithm.entropy_coef > 0, adam=t.optimizer == "adamw",
         reference=cfg.algorithm.needs_reference, lora_rank=cfg.model.lora.rank,
         lora_targets=tuple(cfg.model.lora.target_modules), freeze_vision=cfg.model.freeze_vision,
