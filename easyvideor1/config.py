@@ -121,6 +121,10 @@ class RolloutConfig:
     """Offload vLLM's weights to host memory and free its KV cache during each update (CUDA only)."""
     parity_check_every: int = 0
     """Every k steps log the engine-vs-trainer log-prob gap per modality (0: never)."""
+    placement: Literal["colocated", "separate"] = "colocated"
+    """`colocated`: the trainer generates; `separate`: rollout processes generate and score (`training.async_rollout`)."""
+    processes: int = 1
+    """Rollout processes under `separate` placement (started by `easyvideor1 train` itself; 1 for now)."""
 
 
 @dataclass
@@ -177,6 +181,8 @@ class TrainingConfig:
     """Validate on at most this many samples (0: all)."""
     max_minutes: float = 0.0
     """Stop after this many minutes of training (0: no limit)."""
+    max_staleness: int = 0
+    """Separate placement: batch s is generated with the weights after step s-1-k (0: on-policy)."""
 
 
 @dataclass
