@@ -14,21 +14,27 @@ step costs one on-policy batch (a pipeline bubble).
 
 Transport. Weights: a collective broadcast, parameter by parameter in the rollout dtype, over a
 two-rank process group of its own (gloo on CPU, NCCL on GPU; not the trainer's world, whose
-collectives it must not join), never through disk. Scored batches: a `torch.multiprocessing`
-queue (pickled `ScoredGroups`; tensors travel in shared memory).
+collectives it must not join), never through disk. Scored batches: a multiprocessing
+queue from the child the trainer started (`ScoredGroups` pickled to bytes, tensors by value).
 
 Faults: every wait (a broadcast, a batch) polls the rollout process, so one that dies stops the
 trainer within seconds with its exit code; the rollout process kills itself when the trainer
-dies (`training.rollout_process`). Not yet: more than one rollout process, torchrun (the last
+dies (`rollout_main`). Not yet: more than one rollout process, torchrun (the last
 ranks as rollout ranks), LoRA, ReMax's greedy baseline.
 """
 
 from __future__ import annotations
 
+import ctypes
 import datetime
 import logging
+import os
+import pickle
 import queue
+import signal
+import threading
 import time
+import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -125,7 +131,6 @@ class RemoteRollouts:
         """Start the rollout process for batches start+1..steps and send it the weights of `start`."""
         import torch.multiprocessing as mp
 
-        from easyvideor1.training.rollout_process import rollout_main
         t = self.cfg.training
         threads = max(1, torch.get_num_threads() // 2)  # the cores split between the two processes
         torch.set_num_threads(threads)
@@ -136,7 +141,7 @@ class RemoteRollouts:
         ctx = mp.get_context("spawn")
         self.queue = ctx.Queue()
         self.process = ctx.Process(target=rollout_main, name="easyvideor1-rollout", daemon=True,
-                                   args=(self.cfg, store.port, start, loader_state, self.queue, threads))
+                                   args=(self.cfg, store.port, start, loader_state, self.queue, threads, os.getpid()))
         self.process.start()
         self.store = store
         log.info("rollout process %d started (separate placement, max_staleness %d, %d thread(s) each)",
@@ -161,7 +166,7 @@ class RemoteRollouts:
         """The next message from the rollout process (polling its liveness); its error re-raised."""
         while True:
             try:
-                msg = self.queue.get(timeout=POLL_S * 4)
+                msg = pickle.loads(self.queue.get(timeout=POLL_S * 4))  # from our own child
                 break
             except queue.Empty:
                 self.alive(f"a message ({kind})")
@@ -207,3 +212,43 @@ class RemoteRollouts:
             p.kill()
             p.join()
         self.queue.close()
+
+
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(parent: int) -> None:
+    """End this process when the trainer (`parent`) ends, however it ends (kill -9 too): the
+    kernel's SIGKILL on the parent's death (Linux), and a thread that watches the parent pid."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL))
+    except (OSError, AttributeError):  # not Linux: the watcher below still ends it within a second
+        pass
+    if os.getppid() != parent:  # the trainer died before the kernel's watch was set
+        os._exit(1)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(1)
+    threading.Thread(target=watch, name="trainer-watch", daemon=True).start()
+
+
+def rollout_main(cfg: Config, port: int, start: int, loader_state: dict, out, threads: int, parent: int) -> None:
+    """The rollout process's entry point (spawned): watch the trainer, then serve batches
+    (`rollout_process.serve`); any error goes to the trainer as text, then exit code 1."""
+    die_with_parent(parent)
+    # imported here, after the watch is set: it loads the models' code (and would be a cycle at the top)
+    from easyvideor1.training.rollout_process import send, serve
+
+    torch.set_num_threads(threads)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s rollout %(name)s: %(message)s")
+    try:
+        serve(cfg, port, start, loader_state, out)
+    except BaseException:  # noqa: BLE001 - any failure goes to the trainer, which stops with it
+        send(out, {"kind": "error", "error": traceback.format_exc()})
+        out.close()
+        out.join_thread()
+        os._exit(1)
+    out.close()
+    out.join_thread()  # the last batches are flushed before the process ends

@@ -7,21 +7,16 @@ trainer's own rollout stage (`trainer.rollout_stage`: prompts, generation, hybri
 rewards beside generation, dynamic sampling rounds until the batch is full) and puts the scored
 batch on the queue. It never updates the policy and holds no optimizer.
 
-It dies with the trainer: the kernel sends it SIGKILL when its parent ends
-(`PR_SET_PDEATHSIG`, Linux), and a watcher thread ends it when its parent changes (elsewhere).
-Any error is sent to the trainer as text, then the process exits with code 1.
+Its entry point and its watch on the trainer are `async_rollout.rollout_main` (a light module,
+so the watch starts before this one's imports).
 """
 
 from __future__ import annotations
 
-import ctypes
 import datetime
 import logging
-import os
-import signal
-import threading
+import pickle
 import time
-import traceback
 from functools import partial
 
 import torch
@@ -46,24 +41,10 @@ from easyvideor1.vision.cache import FrameSource
 
 log = logging.getLogger(__name__)
 
-PR_SET_PDEATHSIG = 1
-
-
-def die_with_parent() -> None:
-    """SIGKILL this process when the trainer ends, however it ends (kill -9 too)."""
-    parent = os.getppid()
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    except (OSError, AttributeError):  # not Linux: the watcher below still ends it within a second
-        pass
-    if os.getppid() != parent:  # the parent died before prctl took effect
-        os._exit(1)
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(1.0)
-        os._exit(1)
-    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+def send(out, message: dict) -> None:
+    """Put `message` on the queue as bytes: tensors by value, so the trainer can read it after
+    this process has ended (torch's shared-memory handles need their sender alive)."""
+    out.put(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
 
 
 def build_rollout_run(cfg: Config, device: torch.device) -> Run:
@@ -98,7 +79,7 @@ def serve(cfg: Config, port: int, start: int, loader_state: dict, out) -> None:
     run = build_rollout_run(cfg, device)
     run.loader.load_state_dict(loader_state)
     named = dict(run.model.named_parameters())
-    out.put({"kind": "hello", "names": list(named)})
+    send(out, {"kind": "hello", "names": list(named)})
     store = dist.TCPStore("127.0.0.1", port, 2, is_master=False, timeout=datetime.timedelta(minutes=5))
     group = pair_group(store, 1, device)
     params = [p.detach() for p in named.values()]
@@ -119,22 +100,6 @@ def serve(cfg: Config, port: int, start: int, loader_state: dict, out) -> None:
         waited = time.perf_counter() - began
         timer = StageTimer()
         scored = rollout_stage(run, step, timer)
-        out.put({"kind": "batch", "step": step, "version": version, "scored": scored,
+        send(out, {"kind": "batch", "step": step, "version": version, "scored": scored,
                  "loader": run.loader.state_dict(), "train_wait": waited,
                  "metrics": {f"async/{k.removeprefix('time/')}_s": v for k, v in timer.times.items()}})
-
-
-def rollout_main(cfg: Config, port: int, start: int, loader_state: dict, out, threads: int) -> None:
-    """The rollout process's entry point (`torch.multiprocessing`, spawn)."""
-    die_with_parent()
-    torch.set_num_threads(threads)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s rollout %(name)s: %(message)s")
-    try:
-        serve(cfg, port, start, loader_state, out)
-    except BaseException:  # noqa: BLE001 - any failure goes to the trainer, which stops with it
-        out.put({"kind": "error", "error": traceback.format_exc()})
-        out.close()
-        out.join_thread()
-        os._exit(1)
-    out.close()
-    out.join_thread()  # the last batches are flushed before the process ends

@@ -70,3 +70,91 @@ def test_separate_on_policy_equals_colocated(setup):
     rows = read_metrics(root / "separate" / "metrics.jsonl")
     assert [r["async/staleness_max"] for r in rows] == [0.0, 0.0, 0.0]
     assert all("time/rollout_wait" in r and "time/weight_sync" in r for r in rows[:-1])
+
+
+def _async_config(root, model, data, name, steps, **extra):
+    return write_config(root, model, data, root / name, steps=steps, training={
+        "steps": steps, "rollout_batch_size": 4, "mini_batch_size": 4, "micro_batch_size": 2, "lr": 1e-3,
+        "seed": 0, "max_staleness": 1}, rollout={"engine": "hf", "n": 2, "max_tokens": 12, "temperature": 1.0,
+                                                  "placement": "separate"}, **extra)
+
+
+def test_one_step_stale_uses_decoupled_ppo_and_resumes_exactly(setup):
+    """k = 1: batch s comes from the weights after step s-2 (staleness 1 after the first step),
+    the rollout correction is on (token_tis against the proximal policy), and a run SIGKILLed
+    after its step-2 checkpoint and resumed ends with the parameters of an uninterrupted run."""
+    root, model, data = setup
+    steps = 4
+    straight = _async_config(root, model, data, "k1", steps, checkpoint={"every": 2, "resume": "auto"})
+    killed = _async_config(root, model, data, "k1_killed", steps, checkpoint={"every": 2, "resume": "auto"})
+    out = _finish(_train(straight))
+    assert "rollout correction: token_tis (auto: the run is asynchronous" in out
+    rows = read_metrics(root / "k1" / "metrics.jsonl")
+    # checkpoint every 2: batch 3 is generated with step 2's weights (a checkpoint holds nothing in flight)
+    assert [r["async/staleness_max"] for r in rows] == [0.0, 1.0, 0.0, 1.0]
+    assert rows[1]["mismatch/ratio_max"] != 1.0  # stale responses: pi_proximal / pi_rollout moved
+
+    proc = _train(killed)
+    ckpt = root / "k1_killed" / "checkpoints" / "step-000002" / "state.json"
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline and not ckpt.exists() and proc.poll() is None:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate()
+    assert not (root / "k1_killed" / "checkpoints" / f"step-{steps:06d}").exists(), "finished before the kill"
+    out = _finish(_train(killed))
+    assert "resumed from" in out
+    a = load_file(str(root / "k1" / "hf_model" / "model.safetensors"))
+    b = load_file(str(root / "k1_killed" / "hf_model" / "model.safetensors"))
+    for n in a:
+        assert torch.equal(a[n], b[n]), n
+
+
+def _rollout_pid(proc) -> tuple[int, list[str]]:
+    """The rollout process's pid from the trainer's log (read until it is started)."""
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if "rollout process" in line and "started" in line:
+            return int(line.split("rollout process ")[1].split()[0]), lines
+    raise AssertionError("no rollout process started:\n" + "".join(lines[-40:]))
+
+
+def _first_step(out, timeout=300):
+    """Wait until the run has logged a step (the rollout process is serving batches)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not (out / "metrics.jsonl").exists():
+        time.sleep(0.1)
+
+
+def _gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return "\nState:\tZ" in f.read()  # a zombie has ended
+    except FileNotFoundError:
+        return True
+
+
+def test_a_dead_rollout_process_stops_the_trainer(setup):
+    root, model, data = setup
+    proc = _train(_async_config(root, model, data, "dies", 200))
+    pid, _ = _rollout_pid(proc)
+    _first_step(root / "dies")
+    os.kill(pid, signal.SIGKILL)
+    out = proc.communicate(timeout=60)[0]  # no hang: it stops within a minute
+    assert proc.returncode != 0
+    assert f"the rollout process easyvideor1-rollout (pid {pid}) died with exit code -9" in out, out[-3000:]
+
+
+def test_a_killed_trainer_takes_its_rollout_process_with_it(setup):
+    root, model, data = setup
+    proc = _train(_async_config(root, model, data, "orphan", 200))
+    pid, _ = _rollout_pid(proc)
+    _first_step(root / "orphan")
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    proc.stdout.close()  # the rollout process holds the pipe too: no read to its end
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not _gone(pid):
+        time.sleep(0.1)
+    assert _gone(pid), f"rollout process {pid} outlived its trainer"
