@@ -2,8 +2,8 @@
 
 `colocated`: one process generating, scoring and updating in turn, 2 threads. `separate` with
 `training.max_staleness=1`: a trainer and a rollout process with 1 thread each, generation of
-batch s+1 beside the update of step s. Same model, data, seed and steps; each run is a real
-`easyvideor1 train` (the rollout process started by it), the runs alternate (colocated,
+batch s+1 beside the update of step s. Same model, data, seed and steps; each run is the real
+loop (`trainer.train`, the rollout process started by it), the runs alternate (colocated,
 separate, colocated, ...) so a busy machine slows both alike. Steps/s counts the steps after
 the warm-up ones (metrics' `time/wall`: each step's wall clock). Prints the ratio and the mean
 per-stage times: for `separate`, `rollout_wait` is the trainer idle for a batch, `weight_sync`
@@ -16,12 +16,15 @@ Usage: python benchmarks/async_rl.py [--steps 60] [--warmup 3] [--repeats 1] [--
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import torch
 
 from easyvideor1.config import demo_config_path, load_config
 from easyvideor1.data.loading import load_samples
@@ -29,6 +32,8 @@ from easyvideor1.data.synth import DEMO_TRAIN_MIX, write_suite
 from easyvideor1.models.tiny import build_tiny_model
 from easyvideor1.training.demo import demo_overrides
 from easyvideor1.training.metrics import read_metrics
+from easyvideor1.training.setup import build_run
+from easyvideor1.training.trainer import train
 from easyvideor1.vision.cache_build import build_cache
 
 VARIANTS = {
@@ -40,13 +45,13 @@ STAGES = ("time/prepare", "time/rollout", "time/rollout_wait", "time/old_logprob
 
 
 def run_variant(base: list[str], extra: list[str], out: Path, steps: int) -> list[dict]:
-    env = {**os.environ, "OMP_NUM_THREADS": "2", "OMP_WAIT_POLICY": "PASSIVE", "HF_HUB_OFFLINE": "1"}
-    cmd = [sys.executable, "-m", "easyvideor1.cli", "train", demo_config_path(), *base, *extra,
-           f"logging.out_dir={out}", f"training.steps={steps}", "logging.progress=false", "checkpoint.every=0",
-           "checkpoint.resume=never", "checkpoint.export_hf=false"]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
-    if proc.returncode:
-        sys.exit(f"{out.name} failed:\n{proc.stderr[-4000:]}")
+    """One `train` run of `steps` steps in this process (2 intra-op threads; `separate` splits them
+    between the trainer and its rollout process); its metrics rows."""
+    torch.set_num_threads(2)
+    cfg = load_config(demo_config_path(), [*base, *extra, f"logging.out_dir={out}", f"training.steps={steps}",
+                                           "logging.progress=false", "checkpoint.every=0", "checkpoint.resume=never"])
+    run = build_run(cfg)
+    train(run)
     return read_metrics(out / "metrics.jsonl")
 
 
@@ -57,6 +62,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=1, help="runs per variant (alternating)")
     ap.add_argument("--work", default=None, help="folder for model, data and runs (default: a temp dir)")
     args = ap.parse_args()
+    logging.basicConfig(level=logging.WARNING)
     work = Path(args.work or tempfile.mkdtemp(prefix="async_rl_"))
     model = build_tiny_model("qwen2_5_vl", work / "model", seed=0)
     paths = write_suite(work / "data", num_train=512, num_val=8, seed=0, train_mix=DEMO_TRAIN_MIX)
