@@ -51,13 +51,16 @@ def test_the_schedule_is_fixed_by_steps_not_timing():
 
 
 def test_separate_on_policy_equals_colocated(setup):
-    """k = 0 with a rollout process gives the parameters of the one-process run (3 steps)."""
+    """k = 0 with a rollout process gives the parameters of the one-process run (3 steps), with
+    hybrid groups and dynamic sampling filled on the rollout side."""
     root, model, data = setup
     runs = {}
     for name, placement in (("colocated", "colocated"), ("separate", "separate")):
         cfg = write_config(root, model, data, root / name, steps=3,
                            rollout={"engine": "hf", "n": 2, "max_tokens": 12, "temperature": 1.0,
-                                    "placement": placement})
+                                    "placement": placement},
+                           algorithm={"adv_estimator": "grpo", "policy_loss": "ppo_clip", "loss_agg_mode": "token_mean",
+                                      "disable_kl": True, "online_filtering": True, "max_filter_tries": 3})
         runs[name] = _train(cfg)
     outs = {k: _finish(p) for k, p in runs.items()}
     assert "rollout process" in outs["separate"]
@@ -70,6 +73,11 @@ def test_separate_on_policy_equals_colocated(setup):
     rows = read_metrics(root / "separate" / "metrics.jsonl")
     assert [r["async/staleness_max"] for r in rows] == [0.0, 0.0, 0.0]
     assert all("time/rollout_wait" in r and "time/weight_sync" in r for r in rows[:-1])
+    same = read_metrics(root / "colocated" / "metrics.jsonl")
+    for a_row, b_row in zip(same, rows):  # dynamic sampling and hybrid groups ran on the rollout side alike
+        keys = [k for k in a_row if k.startswith(("filter/", "hybrid/", "reward/"))]
+        assert "filter/filter_groups_kept" in keys and b_row["hybrid/groups_replaced"] > 0
+        assert {k: b_row[k] for k in keys} == {k: a_row[k] for k in keys}
 
 
 def _async_config(root, model, data, name, steps, **extra):
