@@ -132,7 +132,8 @@ class RemoteRollouts:
         import torch.multiprocessing as mp
 
         t = self.cfg.training
-        threads = max(1, torch.get_num_threads() // 2)  # the cores split between the two processes
+        self.threads = torch.get_num_threads()  # back after training (validation, export)
+        threads = max(1, self.threads // 2)  # the cores split between the two processes
         torch.set_num_threads(threads)
         self.start_step, self.k, self.every = start, t.max_staleness, self.cfg.checkpoint.every
         self.pending = broadcast_versions(start, t.steps, self.k, self.every)
@@ -207,6 +208,7 @@ class RemoteRollouts:
         p, self.process = self.process, None
         if p is None:
             return
+        torch.set_num_threads(self.threads)
         p.join(timeout=10 if not self.pending else 0.1)
         if p.is_alive():
             p.kill()
