@@ -2,7 +2,7 @@
 while the trainer updates (`rollout.placement=separate`, `training.max_staleness=k`).
 
     trainer: ... update s -> broadcast weights v=s (when a later batch needs them) -> take batch s+1
-    rollout: wait for version(s) -> generate + score batch s -> put it on the queue -> next s
+    rollout: wait for version(s) -> generate + score batch s -> send it to the trainer -> next s
 
 The schedule fixes which weights generate which batch, never the timing:
 batch s is generated with the weights after step `weight_version(s)` = s - 1 - k, but never
@@ -12,30 +12,43 @@ in flight: a resumed run equals an uninterrupted one. k = 0 is on-policy (the sa
 `colocated`); k = 1 overlaps generation of batch s+1 with the update of step s. Each checkpoint
 step costs one on-policy batch (a pipeline bubble).
 
+The loss with k > 0 is decoupled PPO (AReaL, Fu et al. 2025; verl's rollout correction in
+decoupled mode, `decoupled_token_is`), with no code of its own: the clip ratio is taken against
+the proximal policy, the trainer's log-probs at its current weights before the update
+(`old_log_probs`: the old-log-prob pass, or the first forward detached when one update covers
+the batch), and the behaviour correction of `algorithms.rollout_correction` against the
+rollout weights' log-probs (`behaviour_log_probs`), `token_tis` by default:
+
+    L = -sum_t w_t * min(r_t * A_t, clip(r_t, 1 - eps_low, 1 + eps_high) * A_t)
+    r_t = pi_theta(y_t) / pi_prox(y_t),    w_t = min(pi_prox(y_t) / pi_behav(y_t), C)  (detached)
+
 Transport. Weights: a collective broadcast, parameter by parameter in the rollout dtype, over a
 two-rank process group of its own (gloo on CPU, NCCL on GPU; not the trainer's world, whose
-collectives it must not join), never through disk. Scored batches: a multiprocessing
-queue from the child the trainer started (`ScoredGroups` pickled to bytes, tensors by value).
+collectives it must not join), never through disk. The rollout process is a subprocess
+running the package (`python -m easyvideor1.training.rollout_process`); it connects back to the
+trainer over an authenticated local connection (`multiprocessing.connection`, a random key in
+its environment), which carries the run's config and then each scored batch (`ScoredGroups`
+pickled, tensors by value).
 
 Faults: every wait (a broadcast, a batch) polls the rollout process, so one that dies stops the
 trainer within seconds with its exit code; the rollout process kills itself when the trainer
-dies (`rollout_main`). Not yet: more than one rollout process, torchrun (the last
+dies (`rollout_process.die_with_parent`). Not yet: more than one rollout process, torchrun (the last
 ranks as rollout ranks), LoRA, ReMax's greedy baseline.
 """
 
 from __future__ import annotations
 
-import ctypes
 import datetime
 import logging
 import os
 import pickle
-import queue
-import signal
+import secrets
+import subprocess
+import sys
 import threading
 import time
-import traceback
 from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, Listener
 from typing import Any
 
 import torch
@@ -43,9 +56,11 @@ import torch.distributed as dist
 
 from easyvideor1.config import Config
 from easyvideor1.config_tree import ConfigError
+from easyvideor1.models.loading import resolve_dtype
 
 log = logging.getLogger(__name__)
 
+KEY_ENV = "EASYVIDEOR1_ROLLOUT_KEY"  # the connection's key (hex), handed to the rollout process
 POLL_S = 0.05  # how often a wait looks at the other process
 GROUP_TIMEOUT = datetime.timedelta(hours=2)  # the pair's own limit; liveness polling ends waits first
 
@@ -64,7 +79,6 @@ def broadcast_versions(start: int, steps: int, k: int, every: int) -> list[int]:
 
 def rollout_dtype(cfg: Config) -> torch.dtype:
     """What the rollout process holds its weights in: vLLM's `rollout.dtype`, else the compute dtype."""
-    from easyvideor1.models.loading import resolve_dtype
     return resolve_dtype(cfg.rollout.dtype if cfg.rollout.engine == "vllm" else cfg.model.dtype)
 
 
@@ -124,60 +138,74 @@ class RemoteRollouts:
 
     def __init__(self, cfg: Config, device: torch.device):
         self.cfg, self.device = cfg, device
-        self.process = None
+        self.process: subprocess.Popen | None = None
         self.pending: list[int] = []  # versions still to broadcast, in order
 
     def start(self, model: torch.nn.Module, start: int, loader_state: dict[str, Any]) -> None:
         """Start the rollout process for batches start+1..steps and send it the weights of `start`."""
-        import torch.multiprocessing as mp
-
         t = self.cfg.training
         self.threads = torch.get_num_threads()  # back after training (validation, export)
         threads = max(1, self.threads // 2)  # the cores split between the two processes
         torch.set_num_threads(threads)
-        self.start_step, self.k, self.every = start, t.max_staleness, self.cfg.checkpoint.every
-        self.pending = broadcast_versions(start, t.steps, self.k, self.every)
-        store = dist.TCPStore("127.0.0.1", 0, 2, is_master=True, wait_for_workers=False,
-                              timeout=datetime.timedelta(minutes=5))
-        ctx = mp.get_context("spawn")
-        self.queue = ctx.Queue()
-        self.process = ctx.Process(target=rollout_main, name="easyvideor1-rollout", daemon=True,
-                                   args=(self.cfg, store.port, start, loader_state, self.queue, threads, os.getpid()))
-        self.process.start()
-        self.store = store
+        self.pending = broadcast_versions(start, t.steps, t.max_staleness, self.cfg.checkpoint.every)
+        self.store = dist.TCPStore("127.0.0.1", 0, 2, is_master=True, wait_for_workers=False,
+                                   timeout=datetime.timedelta(minutes=5))
+        key = secrets.token_bytes(32)
+        listener = Listener(("127.0.0.1", 0), authkey=key)
+        env = {**os.environ, "OMP_NUM_THREADS": str(threads), KEY_ENV: key.hex()}
+        self.process = subprocess.Popen([sys.executable, "-m", "easyvideor1.training.rollout_process",
+                                         str(listener.address[1]), str(os.getpid())], env=env)
         log.info("rollout process %d started (separate placement, max_staleness %d, %d thread(s) each)",
-                 self.process.pid, self.k, threads)
+                 self.process.pid, t.max_staleness, threads)
+        self.conn = self._accept(listener)
+        self.conn.send_bytes(pickle.dumps({"cfg": self.cfg, "port": self.store.port, "start": start,
+                                           "loader": loader_state}))
         names = self._message("hello")["names"]  # its model is built: now join the pair's group
-        self.group = pair_group(store, 0, self.device)
+        self.group = pair_group(self.store, 0, self.device)
         self.params = dict(model.named_parameters())
         missing = [n for n in names if n not in self.params]
         if missing:
             raise RuntimeError(f"the rollout process's model has parameters the policy lacks: {missing[:5]}")
         self.names = names
-        self._send(model)
+        self._send()
+
+    def _accept(self, listener: Listener) -> Connection:
+        """The rollout process's connection (authenticated by the key it was given), polling it."""
+        got: list[Connection] = []
+        waiter = threading.Thread(target=lambda: got.append(listener.accept()), daemon=True)
+        waiter.start()
+        while waiter.is_alive():
+            self.alive("its connection")
+            waiter.join(POLL_S)
+        listener.close()
+        if not got:
+            raise RuntimeError("the rollout process did not connect to the trainer")
+        return got[0]
 
     def alive(self, what: str) -> None:
         """Raise, naming the rollout process and its exit code, when it is gone."""
         p = self.process
-        if p is not None and not p.is_alive():
-            raise RuntimeError(f"the rollout process {p.name} (pid {p.pid}) died with exit code {p.exitcode} "
+        if p is not None and p.poll() is not None:
+            raise RuntimeError(f"the rollout process (pid {p.pid}) died with exit code {p.returncode} "
                                f"while the trainer waited for {what}; see its log above")
 
     def _message(self, kind: str) -> dict[str, Any]:
         """The next message from the rollout process (polling its liveness); its error re-raised."""
-        while True:
-            try:
-                msg = pickle.loads(self.queue.get(timeout=POLL_S * 4))  # from our own child
-                break
-            except queue.Empty:
-                self.alive(f"a message ({kind})")
+        while not self.conn.poll(POLL_S):
+            self.alive(f"a message ({kind})")
+        try:
+            msg = pickle.loads(self.conn.recv_bytes())  # from our own child, over an authenticated connection
+        except EOFError:
+            self.process.wait(timeout=60)
+            self.alive(f"a message ({kind})")
+            raise
         if msg["kind"] == "error":
-            raise RuntimeError(f"the rollout process {self.process.name} failed:\n{msg['error']}")
+            raise RuntimeError(f"the rollout process (pid {self.process.pid}) failed:\n{msg['error']}")
         if msg["kind"] != kind:
             raise RuntimeError(f"expected a {kind} message from the rollout process, got {msg['kind']}")
         return msg
 
-    def _send(self, model: torch.nn.Module) -> None:
+    def _send(self) -> None:
         dtype = rollout_dtype(self.cfg)
         tensors = []
         for name in self.names:
@@ -196,11 +224,12 @@ class RemoteRollouts:
         return msg["scored"], msg["loader"], stats
 
     def publish(self, model: torch.nn.Module, step: int) -> bool:
-        """After step `step`: broadcast its weights when a later batch is generated with them."""
+        """After step `step`: broadcast its weights (`model`'s parameters, taken at `start`) when a
+        later batch is generated with them."""
         if not self.pending or self.pending[0] != step:
             return False
         self.pending.pop(0)
-        self._send(model)
+        self._send()
         return True
 
     def close(self) -> None:
@@ -209,48 +238,9 @@ class RemoteRollouts:
         if p is None:
             return
         torch.set_num_threads(self.threads)
-        p.join(timeout=10 if not self.pending else 0.1)
-        if p.is_alive():
+        try:
+            p.wait(timeout=10 if not self.pending else 0.1)
+        except subprocess.TimeoutExpired:
             p.kill()
-            p.join()
-        self.queue.close()
-
-
-PR_SET_PDEATHSIG = 1
-
-
-def die_with_parent(parent: int) -> None:
-    """End this process when the trainer (`parent`) ends, however it ends (kill -9 too): the
-    kernel's SIGKILL on the parent's death (Linux), and a thread that watches the parent pid."""
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL))
-    except (OSError, AttributeError):  # not Linux: the watcher below still ends it within a second
-        pass
-    if os.getppid() != parent:  # the trainer died before the kernel's watch was set
-        os._exit(1)
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(1.0)
-        os._exit(1)
-    threading.Thread(target=watch, name="trainer-watch", daemon=True).start()
-
-
-def rollout_main(cfg: Config, port: int, start: int, loader_state: dict, out, threads: int, parent: int) -> None:
-    """The rollout process's entry point (spawned): watch the trainer, then serve batches
-    (`rollout_process.serve`); any error goes to the trainer as text, then exit code 1."""
-    die_with_parent(parent)
-    # imported here, after the watch is set: it loads the models' code (and would be a cycle at the top)
-    from easyvideor1.training.rollout_process import send, serve
-
-    torch.set_num_threads(threads)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s rollout %(name)s: %(message)s")
-    try:
-        serve(cfg, port, start, loader_state, out)
-    except BaseException:  # noqa: BLE001 - any failure goes to the trainer, which stops with it
-        send(out, {"kind": "error", "error": traceback.format_exc()})
-        out.close()
-        out.join_thread()
-        os._exit(1)
-    out.close()
-    out.join_thread()  # the last batches are flushed before the process ends
+            p.wait()
+        self.conn.close()

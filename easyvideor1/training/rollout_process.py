@@ -7,17 +7,27 @@ trainer's own rollout stage (`trainer.rollout_stage`: prompts, generation, hybri
 rewards beside generation, dynamic sampling rounds until the batch is full) and puts the scored
 batch on the queue. It never updates the policy and holds no optimizer.
 
-Its entry point and its watch on the trainer are `async_rollout.rollout_main` (a light module,
-so the watch starts before this one's imports).
+Run as `python -m easyvideor1.training.rollout_process PORT PARENT_PID` by the trainer
+(`RemoteRollouts.start`), it connects to the trainer's listener with the key in its environment.
+It dies with the trainer: the kernel sends it SIGKILL when its parent ends (`PR_SET_PDEATHSIG`,
+Linux), and a thread ends it when its parent pid changes (also when the trainer died while
+this module was still importing). Any error is sent to the trainer as text, then exit code 1.
 """
 
 from __future__ import annotations
 
+import ctypes
 import datetime
 import logging
+import os
 import pickle
+import signal
+import sys
+import threading
 import time
+import traceback
 from functools import partial
+from multiprocessing.connection import Client, Connection
 
 import torch
 import torch.distributed as dist
@@ -29,7 +39,7 @@ from easyvideor1.models.loading import load_policy, load_processor
 from easyvideor1.models.mrope import mrope_spec
 from easyvideor1.prompts import PromptBuilder
 from easyvideor1.rollout.base import banned_token_ids
-from easyvideor1.training.async_rollout import pair_group, rollout_dtype, weight_version
+from easyvideor1.training.async_rollout import KEY_ENV, pair_group, rollout_dtype, weight_version
 from easyvideor1.training.groups import RolloutStage, stop_token_ids
 from easyvideor1.training.loader import PromptLoader
 from easyvideor1.training.metrics import StageTimer
@@ -41,10 +51,28 @@ from easyvideor1.vision.cache import FrameSource
 
 log = logging.getLogger(__name__)
 
-def send(out, message: dict) -> None:
-    """Put `message` on the queue as bytes: tensors by value, so the trainer can read it after
-    this process has ended (torch's shared-memory handles need their sender alive)."""
-    out.put(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(parent: int) -> None:
+    """End this process when the trainer (`parent`) ends, however it ends (kill -9 too)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL))
+    except (OSError, AttributeError):  # not Linux: the watcher below still ends it within a second
+        pass
+    if os.getppid() != parent:  # the trainer died before the kernel's watch was set
+        os._exit(1)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(1)
+    threading.Thread(target=watch, name="trainer-watch", daemon=True).start()
+
+
+def send(conn: Connection, message: dict) -> None:
+    """`message` to the trainer, pickled (tensors by value)."""
+    conn.send_bytes(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
 
 
 def build_rollout_run(cfg: Config, device: torch.device) -> Run:
@@ -70,7 +98,7 @@ def build_rollout_run(cfg: Config, device: torch.device) -> Run:
                prompts=prompts, rollouts=rollouts, ctx=ctx, padding=prompts.empty())
 
 
-def serve(cfg: Config, port: int, start: int, loader_state: dict, out) -> None:
+def serve(cfg: Config, port: int, start: int, loader_state: dict, out: Connection) -> None:
     """Generate and score batches start+1..steps, each with the weights the schedule names."""
     device = (torch.device("cuda", 1 % torch.cuda.device_count()) if torch.cuda.is_available()
               else torch.device("cpu"))
@@ -103,3 +131,22 @@ def serve(cfg: Config, port: int, start: int, loader_state: dict, out) -> None:
         send(out, {"kind": "batch", "step": step, "version": version, "scored": scored,
                  "loader": run.loader.state_dict(), "train_wait": waited,
                  "metrics": {f"async/{k.removeprefix('time/')}_s": v for k, v in timer.times.items()}})
+
+
+def connect_and_serve(port: int, parent: int) -> None:
+    """Connect to the trainer, take the run's config, serve its batches; errors go to it as text."""
+    die_with_parent(parent)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s rollout %(name)s: %(message)s")
+    conn = Client(("127.0.0.1", port), authkey=bytes.fromhex(os.environ.pop(KEY_ENV)))
+    try:
+        job = pickle.loads(conn.recv_bytes())  # from the trainer that started this process
+        serve(job["cfg"], job["port"], job["start"], job["loader"], conn)
+    except BaseException:  # noqa: BLE001 - any failure goes to the trainer, which stops with it
+        send(conn, {"kind": "error", "error": traceback.format_exc()})
+        conn.close()
+        sys.exit(1)
+    conn.close()
+
+
+if __name__ == "__main__":
+    connect_and_serve(int(sys.argv[1]), int(sys.argv[2]))

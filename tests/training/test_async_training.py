@@ -21,9 +21,9 @@ from test_distributed import write_config
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
 
 
-def _train(cfg, *extra, **kw):
-    return subprocess.Popen([sys.executable, "-m", "easyvideor1.cli", "train", str(cfg), *extra], env=ENV,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
+def _train(cfg, *extra, env=ENV):
+    return subprocess.Popen([sys.executable, "-m", "easyvideor1.cli", "train", str(cfg), *extra], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
 def _finish(proc, timeout=600):
@@ -151,7 +151,7 @@ def test_a_dead_rollout_process_stops_the_trainer(setup):
     os.kill(pid, signal.SIGKILL)
     out = proc.communicate(timeout=60)[0]  # no hang: it stops within a minute
     assert proc.returncode != 0
-    assert f"the rollout process easyvideor1-rollout (pid {pid}) died with exit code -9" in out, out[-3000:]
+    assert f"the rollout process (pid {pid}) died with exit code -9" in out, out[-3000:]
 
 
 def test_a_killed_trainer_takes_its_rollout_process_with_it(setup):
@@ -166,3 +166,19 @@ def test_a_killed_trainer_takes_its_rollout_process_with_it(setup):
     while time.monotonic() < deadline and not _gone(pid):
         time.sleep(0.1)
     assert _gone(pid), f"rollout process {pid} outlived its trainer"
+
+
+@pytest.mark.vllm
+def test_separate_with_the_vllm_engine(setup, ipc_dir):
+    """The rollout process runs vLLM (float32): step 2's responses come from the broadcast
+    weights of step 1, so their log-probs match the trainer's within float32 noise."""
+    pytest.importorskip("vllm")
+    from test_vllm_trainer import VLLM, _env
+
+    root, model, data = setup
+    cfg = write_config(root, model, data, root / "vllm", steps=2, **VLLM, rollout__placement="separate")
+    _finish(_train(cfg, env=_env(root, ipc_dir, threads=2)), timeout=900)
+    rows = read_metrics(root / "vllm" / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2]
+    gaps = [v for r in rows for k, v in r.items() if k.startswith("parity/max_gap/")]
+    assert gaps and max(gaps) < 1e-4
