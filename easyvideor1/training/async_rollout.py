@@ -82,9 +82,15 @@ def rollout_dtype(cfg: Config) -> torch.dtype:
     return resolve_dtype(cfg.rollout.dtype if cfg.rollout.engine == "vllm" else cfg.model.dtype)
 
 
-def check_separate(cfg: Config, world: int) -> None:
-    """What `separate` placement does not run yet, as one clear error each."""
+def check_placement(cfg: Config, world: int) -> None:
+    """`training.max_staleness` needs separate placement; what that does not run yet, one clear
+    error each."""
     r = cfg.rollout
+    if r.placement != "separate":
+        if cfg.training.max_staleness:
+            raise ConfigError(f"training.max_staleness={cfg.training.max_staleness} needs rollout.placement=separate "
+                              "(colocated generation is always on-policy)")
+        return
     if r.processes != 1:
         raise ConfigError(f"rollout.processes={r.processes}: separate placement runs one rollout process for now")
     if world > 1:
@@ -223,9 +229,9 @@ class RemoteRollouts:
                            extra=msg["metrics"])
         return msg["scored"], msg["loader"], stats
 
-    def publish(self, model: torch.nn.Module, step: int) -> bool:
-        """After step `step`: broadcast its weights (`model`'s parameters, taken at `start`) when a
-        later batch is generated with them."""
+    def publish(self, step: int) -> bool:
+        """After step `step`: broadcast its weights (the policy's parameters, taken at `start`)
+        when a later batch is generated with them."""
         if not self.pending or self.pending[0] != step:
             return False
         self.pending.pop(0)

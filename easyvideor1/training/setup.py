@@ -31,7 +31,7 @@ from easyvideor1.rollout.base import banned_token_ids
 from easyvideor1.rollout.hf_engine import HFEngine
 from easyvideor1.rollout.vllm_engine import VLLMEngine  # imports vllm only when one is built
 from easyvideor1.rollout.vllm_inputs import check_media_limits
-from easyvideor1.training.async_rollout import RemoteRollouts, check_separate
+from easyvideor1.training.async_rollout import RemoteRollouts, check_placement
 from easyvideor1.training.fsdp import init_distributed, run_root_once, shard
 from easyvideor1.training.groups import RolloutStage, stop_token_ids
 from easyvideor1.training.loader import PromptLoader
@@ -220,9 +220,8 @@ def build_run(cfg: Config) -> Run:
                          pixel_dtype=compute_dtype, banned_ids=tuple(banned_token_ids(processor.tokenizer)))
     if sp is not None:  # rows are split over the group's ranks: they must be packed rows
         ctx.padding_free, ctx.sequence_parallel = True, sp
-    separate = cfg.rollout.placement == "separate"
-    if separate:  # the rollout process generates; the trainer's own HF engine only validates
-        check_separate(cfg, world)
+    check_placement(cfg, world)
+    separate = cfg.rollout.placement == "separate"  # a rollout process generates; this HF engine only validates
     engine = (HFEngine(model, processor, family, spec) if separate
               else make_engine(cfg, model, processor, family, spec, train_samples + val_samples))
     correction, why = resolve_rollout_correction(cfg.algorithm.rollout_correction, cfg.rollout.engine,

@@ -199,7 +199,7 @@ def train_step(run: Run, step: int) -> dict[str, float]:
         m.glob.update(update_stage(run, batch))
     if run.remote is not None:  # broadcast to the rollout process, when a later batch needs these weights
         with timer("weight_sync"):
-            run.remote.publish(run.model, step)
+            run.remote.publish(step)
     else:
         with timer("sync"):
             run.rollouts.engine.wake_up()

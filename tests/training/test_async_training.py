@@ -14,7 +14,9 @@ from safetensors.torch import load_file
 
 from easyvideor1.data.synth import write_suite
 from easyvideor1.models.tiny import build_tiny_model
-from easyvideor1.training.async_rollout import broadcast_versions, weight_version
+from easyvideor1.config import load_config
+from easyvideor1.config_tree import ConfigError
+from easyvideor1.training.async_rollout import broadcast_versions, check_placement, weight_version
 from easyvideor1.training.metrics import read_metrics
 from test_distributed import write_config
 
@@ -48,6 +50,16 @@ def test_the_schedule_is_fixed_by_steps_not_timing():
     assert [weight_version(s, 2, 0, start=3) for s in range(4, 7)] == [3, 3, 3]
     assert broadcast_versions(0, 5, 1, 0) == [1, 2, 3]
     assert broadcast_versions(2, 6, 1, 2) == [4]
+
+
+def test_placement_errors_name_the_field():
+    with pytest.raises(ConfigError, match="max_staleness=1 needs rollout.placement=separate"):
+        check_placement(load_config(None, ["training.max_staleness=1"]), 1)
+    with pytest.raises(ConfigError, match="LoRA"):
+        check_placement(load_config(None, ["rollout.placement=separate", "model.lora.rank=8"]), 1)
+    with pytest.raises(ConfigError, match="torchrun"):
+        check_placement(load_config(None, ["rollout.placement=separate"]), 2)
+    check_placement(load_config(None, ["rollout.placement=separate", "training.max_staleness=2"]), 1)
 
 
 def test_separate_on_policy_equals_colocated(setup):
