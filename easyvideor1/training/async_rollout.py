@@ -42,6 +42,7 @@ import datetime
 import logging
 import os
 import pickle
+import queue
 import secrets
 import subprocess
 import sys
@@ -164,6 +165,8 @@ class RemoteRollouts:
         log.info("rollout process %d started (separate placement, max_staleness %d, %d thread(s) each)",
                  self.process.pid, t.max_staleness, threads)
         self.conn = self._accept(listener)
+        self.inbox: queue.Queue[bytes | None] = queue.Queue()
+        threading.Thread(target=self._read, name="rollout-inbox", daemon=True).start()
         self.conn.send_bytes(pickle.dumps({"cfg": self.cfg, "port": self.store.port, "start": start,
                                            "loader": loader_state}))
         names = self._message("hello")["names"]  # its model is built: now join the pair's group
@@ -195,16 +198,28 @@ class RemoteRollouts:
             raise RuntimeError(f"the rollout process (pid {p.pid}) died with exit code {p.returncode} "
                                f"while the trainer waited for {what}; see its log above")
 
+    def _read(self) -> None:
+        """The reader thread: every message into `inbox` as it comes (None at the end), so the rollout
+        process never blocks on a full socket while the trainer waits in a broadcast for it."""
+        try:
+            while True:
+                self.inbox.put(self.conn.recv_bytes())
+        except (EOFError, OSError):
+            self.inbox.put(None)
+
     def _message(self, kind: str) -> dict[str, Any]:
         """The next message from the rollout process (polling its liveness); its error re-raised."""
-        while not self.conn.poll(POLL_S):
-            self.alive(f"a message ({kind})")
-        try:
-            msg = pickle.loads(self.conn.recv_bytes())  # from our own child, over an authenticated connection
-        except EOFError:
+        while True:
+            try:
+                data = self.inbox.get(timeout=POLL_S)
+                break
+            except queue.Empty:
+                self.alive(f"a message ({kind})")
+        if data is None:  # the connection ended: the process ends too; its exit code is the message
             self.process.wait(timeout=60)
             self.alive(f"a message ({kind})")
-            raise
+            raise RuntimeError(f"the rollout process closed its connection before sending a {kind} message")
+        msg = pickle.loads(data)  # from our own child, over an authenticated connection
         if msg["kind"] == "error":
             raise RuntimeError(f"the rollout process (pid {self.process.pid}) failed:\n{msg['error']}")
         if msg["kind"] != kind:
