@@ -32,7 +32,8 @@ pickled, tensors by value).
 
 Faults: every wait (a broadcast, a batch) polls the rollout process, so one that dies stops the
 trainer within seconds with its exit code; the rollout process kills itself when the trainer
-dies (`rollout_process.die_with_parent`). Not yet: more than one rollout process, torchrun (the last
+dies (`rollout_process.die_with_parent`). Validation runs in the trainer, on an HF engine over
+the policy (whatever `rollout.engine` the rollout process uses). Not yet: more than one rollout process, torchrun (the last
 ranks as rollout ranks), LoRA, ReMax's greedy baseline.
 """
 
