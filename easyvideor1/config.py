@@ -131,6 +131,11 @@ class RolloutConfig:
     tool_response_visual_tokens: int = 1024
     """Most visual tokens all tool turns of one response may return together."""
 
+    placement: Literal["colocated", "separate"] = "colocated"
+    """`colocated`: the trainer generates; `separate`: rollout processes generate and score (`training.async_rollout`)."""
+    processes: int = 1
+    """Rollout processes under `separate` placement (started by `easyvideor1 train` itself; 1 for now)."""
+
     def __post_init__(self) -> None:
         get_tools(self.tools)  # unknown names list the valid ones
         if self.max_turns < 1:
@@ -195,6 +200,8 @@ class TrainingConfig:
     """Validate on at most this many samples (0: all)."""
     max_minutes: float = 0.0
     """Stop after this many minutes of training (0: no limit)."""
+    max_staleness: int = 0
+    """Separate placement: batch s is generated with the weights after step s-1-k (0: on-policy)."""
 
 
 @dataclass

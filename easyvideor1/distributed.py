@@ -39,16 +39,24 @@ _WAITING: dict[float, Any] = {}  # `waiting_group`'s groups of this world, by ti
 
 def _gloo_serial(opts: Any, _backend_options: Any) -> Any:
     """A gloo backend with one worker thread (torch's `gloo` devices: GLOO_SOCKET_IFNAME or the host's)."""
+    return serial_gloo_group(opts.store, opts.group_rank, opts.group_size, opts.timeout,
+                             list(opts.global_ranks_in_group), opts.group_id)
+
+
+def serial_gloo_group(store: Any, rank: int, size: int, timeout: timedelta,
+                      global_ranks: list[int] | None = None, name: str = "") -> Any:
+    """A gloo process group with one worker thread (module docstring), on `store`; also for groups
+    made outside `torch.distributed`'s world (the asynchronous trainer and its rollout process)."""
     gloo = dist.ProcessGroupGloo
     options = gloo._Options()
-    options._timeout = opts.timeout
+    options._timeout = timeout
     names = os.environ.get("GLOO_SOCKET_IFNAME")
     options._devices = ([gloo.create_device(interface=n) for n in names.split(",")] if names
                         else [gloo.create_default_device()])
     options._threads = 1
-    options.global_ranks_in_group = list(opts.global_ranks_in_group)
-    options.group_name = opts.group_id
-    return gloo(opts.store, opts.group_rank, opts.group_size, options)
+    options.global_ranks_in_group = global_ranks if global_ranks is not None else list(range(size))
+    options.group_name = name
+    return gloo(store, rank, size, options)
 
 
 def _register_cpu_backend() -> None:

@@ -133,7 +133,7 @@ def _demo(args: argparse.Namespace) -> int:
 
     load_config(demo_config_path(), args.overrides)  # a wrong override fails here, before the model is built
     from easyvideor1.training.demo import run_demo
-    run_demo(args.out, steps=args.steps, hybrid=not args.no_hybrid, seed=args.seed,
+    run_demo(args.out, steps=args.steps, hybrid=not args.no_hybrid, seed=args.seed, asynchronous=args.asynchronous,
              overrides=args.overrides, num_train=args.train_samples, num_val=args.val_samples)
     return 0
 
@@ -196,6 +196,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="training steps (default: the demo config's training.steps). A fixed count, not a time "
                         "budget: one seed gives one table on any machine; an ETA is printed from the step rate")
     p.add_argument("--no-hybrid", action="store_true", help="on-policy only (no offline trajectories)")
+    p.add_argument("--async", dest="asynchronous", action="store_true",
+                   help="asynchronous training: a rollout process generates batch s+1 while the trainer updates "
+                        "step s (rollout.placement=separate, training.max_staleness=1; one thread each)")
     p.add_argument("--seed", type=int, default=0, help="seed of the model, data and training")
     p.add_argument("--train-samples", type=int, default=DEMO_TRAIN, help="synthetic training samples")
     p.add_argument("--val-samples", type=int, default=DEMO_VAL, help="held-out samples (an equal share per task)")

@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 LIMIT_MINUTES = 15.0  # the whole demo on a 2-core CPU; the ETA warns past it
 ETA_FIRST = 20  # steps measured before the first ETA
 GROUNDING = ("when", "where")
+ASYNC_OVERRIDES = ["rollout.placement=separate", "training.max_staleness=1"]  # `demo --async`
 CLASSIFICATION = ("colour", "motion", "count", "presence", "image_colour", "image_count")
 
 
@@ -97,8 +98,11 @@ class Eta:
 
 def run_demo(out: str | Path, steps: int | None = None, hybrid: bool = True, seed: int = 0,
              overrides: list[str] | None = None, num_train: int = DEMO_TRAIN, num_val: int = DEMO_VAL,
-             model_size: str = "tiny") -> dict[str, float]:
+             model_size: str = "tiny", asynchronous: bool = False) -> dict[str, float]:
     """Run the whole demo under `out`; return the validation metrics after training.
+
+    `asynchronous`: a rollout process generates and scores while the trainer updates, one step
+    stale (`ASYNC_OVERRIDES`).
 
     Trains a fixed number of steps (`steps`, default the demo config's `training.steps`), so one
     seed gives one table whatever the machine's speed or load."""
@@ -111,7 +115,8 @@ def run_demo(out: str | Path, steps: int | None = None, hybrid: bool = True, see
     paths = write_suite(out / "data", num_train=num_train, num_val=num_val, seed=seed, train_mix=DEMO_TRAIN_MIX)
     cfg = load_config(demo_config_path(), [
         *demo_overrides(model_dir, paths, out / "cache", out / "train", seed), f"hybrid.enable={str(hybrid).lower()}",
-        *([f"training.steps={steps}"] if steps is not None else []), *(overrides or [])])
+        *([f"training.steps={steps}"] if steps is not None else []), *(ASYNC_OVERRIDES if asynchronous else []),
+        *(overrides or [])])
     print(f"[demo] 3/6 frame cache -> {out / 'cache'}")
     samples = load_samples(paths["train"]) + load_samples(paths["val"])
     build_cache(samples, cfg.vision, out / "cache", workers=2)

@@ -16,6 +16,7 @@ from easyvideor1.algorithms.kl import KLController
 from easyvideor1.config import Config
 from easyvideor1.prompts import Prompt, PromptBuilder
 from easyvideor1.records import Sample
+from easyvideor1.training.async_rollout import RemoteRollouts
 from easyvideor1.training.groups import RolloutStage
 from easyvideor1.training.loader import PromptLoader
 from easyvideor1.training.metrics import MetricsSink
@@ -44,6 +45,7 @@ class Run:
     world: int = 1
     data: DataParallel | None = None  # data-parallel place under sequence parallelism (None: rank, world)
     rollout_correction: str = "none"  # algorithm.rollout_correction with `auto` resolved (training.setup)
+    remote: RemoteRollouts | None = None  # rollout.placement=separate: the rollout process's handle
     step: int = 0
     history: list[dict[str, float]] = field(default_factory=list)
 

@@ -34,6 +34,7 @@ from easyvideor1.rollout.tools.registry import get_tools
 from easyvideor1.rollout.tools.video_tools import ClipSource
 from easyvideor1.rollout.vllm_engine import VLLMEngine  # imports vllm only when one is built
 from easyvideor1.rollout.vllm_inputs import check_media_limits
+from easyvideor1.training.async_rollout import RemoteRollouts, check_placement
 from easyvideor1.training.fsdp import init_distributed, run_root_once, shard
 from easyvideor1.training.groups import RolloutStage, stop_token_ids
 from easyvideor1.training.loader import PromptLoader
@@ -229,13 +230,17 @@ def build_run(cfg: Config) -> Run:
                          pixel_dtype=compute_dtype, banned_ids=tuple(banned_token_ids(processor.tokenizer)))
     if sp is not None:  # rows are split over the group's ranks: they must be packed rows
         ctx.padding_free, ctx.sequence_parallel = True, sp
-    engine = make_engine(cfg, model, processor, family, spec, train_samples + val_samples)
+    check_placement(cfg, world)
+    separate = cfg.rollout.placement == "separate"  # a rollout process generates; this HF engine only validates
+    engine = (HFEngine(model, processor, family, spec) if separate
+              else make_engine(cfg, model, processor, family, spec, train_samples + val_samples))
     tools = get_tools(cfg.rollout.tools)
     if tools:  # multi-turn rollouts (`rollout.tools`)
         r = cfg.rollout
         engine = ToolEngine(engine, processor, family, spec, tools, ClipSource(cfg.vision),
                             ToolLimits(r.max_turns, r.tool_call_visual_tokens, r.tool_response_visual_tokens))
-    correction, why = resolve_rollout_correction(cfg.algorithm.rollout_correction, cfg.rollout.engine)
+    correction, why = resolve_rollout_correction(cfg.algorithm.rollout_correction, cfg.rollout.engine,
+                                                 asynchronous=separate and cfg.training.max_staleness > 0)
     log.info("rollout correction: %s (%s)%s", correction, why,
              "" if correction == "none" else f", threshold C={cfg.algorithm.rollout_correction_threshold:g}")
     Path(cfg.logging.out_dir).mkdir(parents=True, exist_ok=True)
@@ -255,7 +260,8 @@ def build_run(cfg: Config) -> Run:
                scheduler=make_scheduler(optimizer, cfg), kl=make_kl_controller(cfg.algorithm),
                loader=PromptLoader(train_samples, cfg.training.rollout_batch_size, cfg.training.seed, cfg.data.shuffle),
                prompts=prompts, rollouts=rollouts, ctx=ctx, padding=prompts.empty(), val_samples=val_samples,
-               sink=sink, rank=rank, world=world, data=dp, rollout_correction=correction)
+               sink=sink, rank=rank, world=world, data=dp, rollout_correction=correction,
+               remote=RemoteRollouts(cfg, device) if separate else None)
 
 
 def _end_token(processor) -> str:

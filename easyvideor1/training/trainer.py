@@ -83,9 +83,25 @@ def rollout_stage(run: Run, step: int, timer: StageTimer) -> ScoredGroups:
     return scored
 
 
+def take_stage(run: Run, step: int, m: StepMetrics) -> ScoredGroups:
+    """Separate placement (`training.async_rollout`): the rollout process's scored batch for this
+    step, generated with the weights of `weight_version(step)`; the trainer's idle wait is
+    `time/rollout_wait`, the rollout process's wait for weights before it `time/train_wait`."""
+    with m.timer("rollout_wait"):
+        scored, loader_state, trip = run.remote.take(step)
+    run.loader.load_state_dict(loader_state)  # what a checkpoint after this step saves
+    m.glob.update({"async/staleness_mean": trip.staleness, "async/staleness_max": trip.staleness,
+                   "time/train_wait": trip.train_wait, **trip.extra})
+    return scored
+
+
 def old_logprob_stage(run: Run, batch: RolloutBatch, parity_step: bool) -> torch.Tensor | None:
     """The old policy's log-probs, or None when strictly on-policy (one update over the whole
-    batch): then they are the current ones, detached inside the update, saving a forward pass."""
+    batch): then they are the current ones, detached inside the update, saving a forward pass.
+
+    Under asynchronous training (`training.max_staleness` > 0) these are the proximal policy's
+    log-probs (the trainer's current weights, before the update) of decoupled PPO, and the
+    responses' own log-probs (`behaviour_log_probs`) are those of the older rollout weights."""
     t = run.cfg.training
     on_policy = t.ppo_epochs == 1 and t.rollout_batch_size == t.mini_batch_size
     if on_policy and not run.cfg.algorithm.kl_in_reward and not parity_step:
@@ -158,7 +174,7 @@ def train_step(run: Run, step: int) -> dict[str, float]:
     """One step, stage by stage; returns its metrics (the same on every rank)."""
     m = StepMetrics()
     timer = m.timer
-    scored = rollout_stage(run, step, timer)
+    scored = rollout_stage(run, step, timer) if run.remote is None else take_stage(run, step, m)
     greedy = None
     if run.cfg.algorithm.needs_greedy_rollout:
         with timer("greedy_rollout"):
@@ -184,9 +200,13 @@ def train_step(run: Run, step: int) -> dict[str, float]:
         m.glob.update(advantage_stage(run, batch, greedy))
     with timer("update"):
         m.glob.update(update_stage(run, batch))
-    with timer("sync"):
-        run.rollouts.engine.wake_up()
-        run.rollouts.engine.update_weights(run.model)
+    if run.remote is not None:  # broadcast to the rollout process, when a later batch needs these weights
+        with timer("weight_sync"):
+            run.remote.publish(step)
+    else:
+        with timer("sync"):
+            run.rollouts.engine.wake_up()
+            run.rollouts.engine.update_weights(run.model)
     metrics = m.finish(int(batch.response_mask.sum()) + sum(len(p.inputs.input_ids) for p in batch.prompts),
                        run.data_parallel.world)
     if "kl/policy_ref" in metrics:  # the controller counts the step's real responses, all ranks
@@ -252,8 +272,18 @@ def train(run: Run, on_step: Callable[[int, dict[str, Any]], None] | None = None
     """Run the loop to `training.steps` (or `training.max_minutes`); return the final metrics.
 
     `on_step(step, metrics)` is called on rank 0 after each step is logged (the demo's ETA)."""
-    cfg = run.cfg
     start = maybe_resume(run)
+    if run.remote is not None:
+        run.remote.start(run.model, start, run.loader.state_dict())
+    try:
+        return _loop(run, start, on_step)
+    finally:
+        if run.remote is not None:
+            run.remote.close()
+
+
+def _loop(run: Run, start: int, on_step: Callable[[int, dict[str, Any]], None] | None) -> dict[str, Any]:
+    cfg = run.cfg
     progress = None
     if cfg.logging.progress and run.rank == 0:
         progress = tqdm(total=cfg.training.steps, initial=start, desc="train", unit="step", dynamic_ncols=True)

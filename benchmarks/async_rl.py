@@ -1,0 +1,87 @@
+"""Asynchronous training against the synchronous loop, on the demo's task and model.
+
+`colocated`: one process generating, scoring and updating in turn, 2 threads. `separate` with
+`training.max_staleness=1`: a trainer and a rollout process with 1 thread each, generation of
+batch s+1 beside the update of step s. Same model, data, seed and steps; each run is the real
+loop (`trainer.train`, the rollout process started by it), the runs alternate (colocated,
+separate, colocated, ...) so a busy machine slows both alike. Steps/s counts the steps after
+the warm-up ones (metrics' `time/wall`: each step's wall clock). Prints the ratio and the mean
+per-stage times: for `separate`, `rollout_wait` is the trainer idle for a batch, `weight_sync`
+the broadcast (with the wait for the rollout process to reach it), `train_wait` the rollout
+process idle for weights, `gen` its generation + scoring per batch.
+
+Usage: python benchmarks/async_rl.py [--steps 60] [--warmup 3] [--repeats 1] [--work DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import statistics
+import tempfile
+from pathlib import Path
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import torch
+
+from easyvideor1.config import demo_config_path, load_config
+from easyvideor1.data.loading import load_samples
+from easyvideor1.data.synth import DEMO_TRAIN_MIX, write_suite
+from easyvideor1.models.tiny import build_tiny_model
+from easyvideor1.training.demo import demo_overrides
+from easyvideor1.training.metrics import read_metrics
+from easyvideor1.training.setup import build_run
+from easyvideor1.training.trainer import train
+from easyvideor1.vision.cache_build import build_cache
+
+VARIANTS = {
+    "colocated": ["rollout.placement=colocated"],
+    "separate": ["rollout.placement=separate", "training.max_staleness=1"],
+}
+STAGES = ("time/prepare", "time/rollout", "time/rollout_wait", "time/old_logprob", "time/update", "time/sync",
+          "time/weight_sync", "time/train_wait", "async/rollout_s", "async/prepare_s")
+
+
+def run_variant(base: list[str], extra: list[str], out: Path, steps: int) -> list[dict]:
+    """One `train` run of `steps` steps in this process (2 intra-op threads; `separate` splits them
+    between the trainer and its rollout process); its metrics rows."""
+    torch.set_num_threads(2)
+    cfg = load_config(demo_config_path(), [*base, *extra, f"logging.out_dir={out}", f"training.steps={steps}",
+                                           "logging.progress=false", "checkpoint.every=0", "checkpoint.resume=never"])
+    run = build_run(cfg)
+    train(run)
+    return read_metrics(out / "metrics.jsonl")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=60, help="timed steps per run (after the warm-up steps)")
+    ap.add_argument("--warmup", type=int, default=3, help="untimed steps at the start of each run")
+    ap.add_argument("--repeats", type=int, default=1, help="runs per variant (alternating)")
+    ap.add_argument("--work", default=None, help="folder for model, data and runs (default: a temp dir)")
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    work = Path(args.work or tempfile.mkdtemp(prefix="async_rl_"))
+    model = build_tiny_model("qwen2_5_vl", work / "model", seed=0)
+    paths = write_suite(work / "data", num_train=512, num_val=8, seed=0, train_mix=DEMO_TRAIN_MIX)
+    base = demo_overrides(model, paths, work / "cache", work / "runs", seed=0)  # out_dir: set per run
+    cfg = load_config(demo_config_path(), base)
+    build_cache(load_samples(paths["train"]), cfg.vision, work / "cache", workers=2, progress=False)
+    rows: dict[str, list[dict]] = {name: [] for name in VARIANTS}
+    for r in range(args.repeats):
+        for name, extra in VARIANTS.items():
+            got = run_variant(base, extra, work / "runs" / f"{name}-{r}", args.warmup + args.steps)
+            rows[name] += got[args.warmup:]
+    rate = {name: len(rs) / sum(m["time/wall"] for m in rs) for name, rs in rows.items()}
+    print(f"{args.steps} timed steps x {args.repeats} run(s) per variant after {args.warmup} warm-up steps")
+    print(f"{'variant':<10}{'steps/s':>10}" + "".join(f"{s.split('/')[-1]:>14}" for s in STAGES))
+    for name, rs in rows.items():
+        cells = "".join(f"{statistics.mean(m.get(s, 0.0) for m in rs):>14.3f}" for s in STAGES)
+        print(f"{name:<10}{rate[name]:>10.3f}{cells}")
+    print(f"separate (k=1) / colocated: {rate['separate'] / rate['colocated']:.2f}x steps per second")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,271 @@
+"""Separate rollout placement, the trainer's side: a rollout process generates and scores
+while the trainer updates (`rollout.placement=separate`, `training.max_staleness=k`).
+
+    trainer: ... update s -> broadcast weights v=s (when a later batch needs them) -> take batch s+1
+    rollout: wait for version(s) -> generate + score batch s -> send it to the trainer -> next s
+
+The schedule fixes which weights generate which batch, never the timing:
+batch s is generated with the weights after step `weight_version(s)` = s - 1 - k, but never
+older than the last checkpoint step before s (nor the step a run resumed from). So both sides
+know in advance which versions travel, a run is reproducible, and a checkpoint holds nothing
+in flight: a resumed run equals an uninterrupted one. k = 0 is on-policy (the same batches as
+`colocated`); k = 1 overlaps generation of batch s+1 with the update of step s. Each checkpoint
+step costs one on-policy batch (a pipeline bubble).
+
+The loss with k > 0 is decoupled PPO (AReaL, Fu et al. 2025; verl's rollout correction in
+decoupled mode, `decoupled_token_is`), with no code of its own: the clip ratio is taken against
+the proximal policy, the trainer's log-probs at its current weights before the update
+(`old_log_probs`: the old-log-prob pass, or the first forward detached when one update covers
+the batch), and the behaviour correction of `algorithms.rollout_correction` against the
+rollout weights' log-probs (`behaviour_log_probs`), `token_tis` by default:
+
+    L = -sum_t w_t * min(r_t * A_t, clip(r_t, 1 - eps_low, 1 + eps_high) * A_t)
+    r_t = pi_theta(y_t) / pi_prox(y_t),    w_t = min(pi_prox(y_t) / pi_behav(y_t), C)  (detached)
+
+Transport. Weights: a collective broadcast, parameter by parameter in the rollout dtype, over a
+two-rank process group of its own (gloo on CPU, NCCL on GPU; not the trainer's world, whose
+collectives it must not join), never through disk. The rollout process is a subprocess
+running the package (`python -m easyvideor1.training.rollout_process`); it connects back to the
+trainer over an authenticated local connection (`multiprocessing.connection`, a random key in
+its environment), which carries the run's config and then each scored batch (`ScoredGroups`
+pickled, tensors by value).
+
+Faults: every wait (a broadcast, a batch) polls the rollout process, so one that dies stops the
+trainer within seconds with its exit code; the rollout process kills itself when the trainer
+dies (`rollout_process.die_with_parent`). Validation runs in the trainer, on an HF engine over
+the policy (whatever `rollout.engine` the rollout process uses). Not yet: more than one rollout process, torchrun (the last
+ranks as rollout ranks), LoRA, ReMax's greedy baseline.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+import pickle
+import queue
+import secrets
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, Listener
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from easyvideor1.config import Config
+from easyvideor1.config_tree import ConfigError
+from easyvideor1.distributed import serial_gloo_group
+from easyvideor1.models.loading import resolve_dtype
+
+log = logging.getLogger(__name__)
+
+KEY_ENV = "EASYVIDEOR1_ROLLOUT_KEY"  # the connection's key (hex), handed to the rollout process
+POLL_S = 0.05  # how often a wait looks at the other process
+GROUP_TIMEOUT = datetime.timedelta(hours=2)  # the pair's own limit; liveness polling ends waits first
+
+
+def weight_version(step: int, k: int, every: int, start: int = 0) -> int:
+    """The weights (after which step) batch `step` is generated with: step - 1 - k, but never
+    older than the last checkpoint step before `step` (`every` = checkpoint.every) nor `start`."""
+    last_checkpoint = (step - 1) // every * every if every else 0
+    return max(step - 1 - k, last_checkpoint, start)
+
+
+def broadcast_versions(start: int, steps: int, k: int, every: int) -> list[int]:
+    """The versions sent after the initial one (`start`), in order: each needed by some batch."""
+    return sorted({weight_version(s, k, every, start) for s in range(start + 1, steps + 1)} - {start})
+
+
+def rollout_dtype(cfg: Config) -> torch.dtype:
+    """What the rollout process holds its weights in: vLLM's `rollout.dtype`, else the compute dtype."""
+    return resolve_dtype(cfg.rollout.dtype if cfg.rollout.engine == "vllm" else cfg.model.dtype)
+
+
+def check_placement(cfg: Config, world: int) -> None:
+    """`training.max_staleness` needs separate placement; what that does not run yet, one clear
+    error each."""
+    r = cfg.rollout
+    if r.placement != "separate":
+        if cfg.training.max_staleness:
+            raise ConfigError(f"training.max_staleness={cfg.training.max_staleness} needs rollout.placement=separate "
+                              "(colocated generation is always on-policy)")
+        return
+    if r.processes != 1:
+        raise ConfigError(f"rollout.processes={r.processes}: separate placement runs one rollout process for now")
+    if world > 1:
+        raise ConfigError("rollout.placement=separate under torchrun is not supported yet; run `easyvideor1 train` "
+                          "as one process (it starts its rollout process itself)")
+    if cfg.model.lora.rank:
+        raise ConfigError("rollout.placement=separate with LoRA (model.lora.rank) is not supported yet")
+    if r.tools:
+        raise ConfigError("rollout.placement=separate with video tools (rollout.tools) is not supported yet")
+    if cfg.algorithm.needs_greedy_rollout:
+        raise ConfigError("rollout.placement=separate with a greedy baseline (ReMax) is not supported yet")
+    if cfg.training.max_staleness < 0:
+        raise ConfigError(f"training.max_staleness={cfg.training.max_staleness} must be >= 0")
+
+
+def pair_group(store: dist.Store, rank: int, device: torch.device) -> Any:
+    """The trainer (rank 0) and the rollout process (rank 1): a process group of their own."""
+    if device.type == "cuda":
+        return dist.ProcessGroupNCCL(store, rank, 2)
+    return serial_gloo_group(store, rank, 2, GROUP_TIMEOUT)  # one worker thread: distributed.py says why
+
+
+def wait_work(work: Any, alive, what: str) -> None:
+    """Wait for an async collective, checking `alive()` (raises with the peer's fate) meanwhile."""
+    while not work.is_completed():
+        alive(what)
+        time.sleep(POLL_S)
+    try:
+        work.wait()
+    except RuntimeError:
+        alive(what)  # the peer died: its exit code says more than gloo's socket error
+        raise
+
+
+def broadcast_weights(group: Any, tensors: list[torch.Tensor], alive) -> None:
+    """One broadcast per tensor from rank 0 (all issued, then waited on)."""
+    works = [group.broadcast([t], dist.BroadcastOptions()) for t in tensors]
+    for w in works:
+        wait_work(w, alive, "the weight broadcast")
+
+
+@dataclass
+class AsyncStats:
+    """What one batch's trip adds to the step's metrics."""
+
+    staleness: float = 0.0
+    train_wait: float = 0.0  # the rollout process idle, waiting for weights, before this batch
+    extra: dict[str, float] = field(default_factory=dict)
+
+
+class RemoteRollouts:
+    """The trainer's handle on the rollout process: start it, send weights, take batches."""
+
+    def __init__(self, cfg: Config, device: torch.device):
+        self.cfg, self.device = cfg, device
+        self.process: subprocess.Popen | None = None
+        self.pending: list[int] = []  # versions still to broadcast, in order
+
+    def start(self, model: torch.nn.Module, start: int, loader_state: dict[str, Any]) -> None:
+        """Start the rollout process for batches start+1..steps and send it the weights of `start`."""
+        t = self.cfg.training
+        self.threads = torch.get_num_threads()  # back after training (validation, export)
+        threads = max(1, self.threads // 2)  # the cores split between the two processes
+        torch.set_num_threads(threads)
+        self.pending = broadcast_versions(start, t.steps, t.max_staleness, self.cfg.checkpoint.every)
+        self.store = dist.TCPStore("127.0.0.1", 0, 2, is_master=True, wait_for_workers=False,
+                                   timeout=datetime.timedelta(minutes=5))
+        key = secrets.token_bytes(32)
+        listener = Listener(("127.0.0.1", 0), authkey=key)
+        env = {**os.environ, "OMP_NUM_THREADS": str(threads), KEY_ENV: key.hex()}
+        self.process = subprocess.Popen([sys.executable, "-m", "easyvideor1.training.rollout_process",
+                                         str(listener.address[1]), str(os.getpid())], env=env)
+        log.info("rollout process %d started (separate placement, max_staleness %d, %d thread(s) each)",
+                 self.process.pid, t.max_staleness, threads)
+        self.conn = self._accept(listener)
+        self.inbox: queue.Queue[bytes | None] = queue.Queue()
+        threading.Thread(target=self._read, name="rollout-inbox", daemon=True).start()
+        self.conn.send_bytes(pickle.dumps({"cfg": self.cfg, "port": self.store.port, "start": start,
+                                           "loader": loader_state}))
+        names = self._message("hello")["names"]  # its model is built: now join the pair's group
+        self.group = pair_group(self.store, 0, self.device)
+        self.params = dict(model.named_parameters())
+        missing = [n for n in names if n not in self.params]
+        if missing:
+            raise RuntimeError(f"the rollout process's model has parameters the policy lacks: {missing[:5]}")
+        self.names = names
+        self._send()
+
+    def _accept(self, listener: Listener) -> Connection:
+        """The rollout process's connection (authenticated by the key it was given), polling it."""
+        got: list[Connection] = []
+        waiter = threading.Thread(target=lambda: got.append(listener.accept()), daemon=True)
+        waiter.start()
+        while waiter.is_alive():
+            self.alive("its connection")
+            waiter.join(POLL_S)
+        listener.close()
+        if not got:
+            raise RuntimeError("the rollout process did not connect to the trainer")
+        return got[0]
+
+    def alive(self, what: str) -> None:
+        """Raise, naming the rollout process and its exit code, when it is gone."""
+        p = self.process
+        if p is not None and p.poll() is not None:
+            raise RuntimeError(f"the rollout process (pid {p.pid}) died with exit code {p.returncode} "
+                               f"while the trainer waited for {what}; see its log above")
+
+    def _read(self) -> None:
+        """The reader thread: every message into `inbox` as it comes (None at the end), so the rollout
+        process never blocks on a full socket while the trainer waits in a broadcast for it."""
+        try:
+            while True:
+                self.inbox.put(self.conn.recv_bytes())
+        except (EOFError, OSError):
+            self.inbox.put(None)
+
+    def _message(self, kind: str) -> dict[str, Any]:
+        """The next message from the rollout process (polling its liveness); its error re-raised."""
+        while True:
+            try:
+                data = self.inbox.get(timeout=POLL_S)
+                break
+            except queue.Empty:
+                self.alive(f"a message ({kind})")
+        if data is None:  # the connection ended: the process ends too; its exit code is the message
+            self.process.wait(timeout=60)
+            self.alive(f"a message ({kind})")
+            raise RuntimeError(f"the rollout process closed its connection before sending a {kind} message")
+        msg = pickle.loads(data)  # from our own child, over an authenticated connection
+        if msg["kind"] == "error":
+            raise RuntimeError(f"the rollout process (pid {self.process.pid}) failed:\n{msg['error']}")
+        if msg["kind"] != kind:
+            raise RuntimeError(f"expected a {kind} message from the rollout process, got {msg['kind']}")
+        return msg
+
+    def _send(self) -> None:
+        dtype = rollout_dtype(self.cfg)
+        tensors = []
+        for name in self.names:
+            p = self.params[name].detach()
+            p = p.full_tensor() if hasattr(p, "full_tensor") else p  # FSDP2: the whole parameter
+            tensors.append(p.to(device=self.device, dtype=dtype).contiguous())
+        broadcast_weights(self.group, tensors, self.alive)
+
+    def take(self, step: int) -> tuple[Any, dict[str, Any], AsyncStats]:
+        """Batch `step`'s scored groups, the loader state after it, and its trip's numbers."""
+        msg = self._message("batch")
+        if msg["step"] != step:
+            raise RuntimeError(f"the rollout process sent batch {msg['step']}, the trainer expected {step}")
+        stats = AsyncStats(staleness=float(step - 1 - msg["version"]), train_wait=msg["train_wait"],
+                           extra=msg["metrics"])
+        return msg["scored"], msg["loader"], stats
+
+    def publish(self, step: int) -> bool:
+        """After step `step`: broadcast its weights (the policy's parameters, taken at `start`)
+        when a later batch is generated with them."""
+        if not self.pending or self.pending[0] != step:
+            return False
+        self.pending.pop(0)
+        self._send()
+        return True
+
+    def close(self) -> None:
+        """Wait briefly for the rollout process to end, else end it (a run stopped early)."""
+        p, self.process = self.process, None
+        if p is None:
+            return
+        torch.set_num_threads(self.threads)
+        try:
+            p.wait(timeout=10 if not self.pending else 0.1)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+        self.conn.close()

@@ -1,0 +1,152 @@
+"""Separate rollout placement, the rollout process's side (`training.async_rollout` starts it).
+
+It builds what the rollout stage needs (its own copy of the policy in the rollout dtype, the
+engine, the prompt builder, the scorer, the loader at the trainer's position), then for each
+batch s: waits for the weights of `weight_version(s)` (a broadcast from the trainer), runs the
+trainer's own rollout stage (`trainer.rollout_stage`: prompts, generation, hybrid slot,
+rewards beside generation, dynamic sampling rounds until the batch is full) and puts the scored
+batch on the queue. It never updates the policy and holds no optimizer.
+
+Run as `python -m easyvideor1.training.rollout_process PORT PARENT_PID` by the trainer
+(`RemoteRollouts.start`), it connects to the trainer's listener with the key in its environment.
+It dies with the trainer: the kernel sends it SIGKILL when its parent ends (`PR_SET_PDEATHSIG`,
+Linux), and a thread ends it when its parent pid changes (also when the trainer died while
+this module was still importing). Any error is sent to the trainer as text, then exit code 1.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import datetime
+import logging
+import os
+import pickle
+import signal
+import sys
+import threading
+import time
+import traceback
+from functools import partial
+from multiprocessing.connection import Client, Connection
+
+import torch
+import torch.distributed as dist
+
+from easyvideor1.config import Config
+from easyvideor1.data.templates import render_prompt
+from easyvideor1.models.families import family_of
+from easyvideor1.models.loading import load_policy, load_processor
+from easyvideor1.models.mrope import mrope_spec
+from easyvideor1.prompts import PromptBuilder
+from easyvideor1.rollout.base import banned_token_ids
+from easyvideor1.training.async_rollout import KEY_ENV, pair_group, rollout_dtype, weight_version
+from easyvideor1.training.groups import RolloutStage, stop_token_ids
+from easyvideor1.training.loader import PromptLoader
+from easyvideor1.training.metrics import StageTimer
+from easyvideor1.training.run import Run
+from easyvideor1.training.sequences import ForwardContext
+from easyvideor1.training.setup import _end_token, load_split, make_engine, make_score_fn, seed_everything
+from easyvideor1.training.trainer import rollout_stage
+from easyvideor1.vision.cache import FrameSource
+
+log = logging.getLogger(__name__)
+
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(parent: int) -> None:
+    """End this process when the trainer (`parent`) ends, however it ends (kill -9 too)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL))
+    except (OSError, AttributeError):  # not Linux: the watcher below still ends it within a second
+        pass
+    if os.getppid() != parent:  # the trainer died before the kernel's watch was set
+        os._exit(1)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(1)
+    threading.Thread(target=watch, name="trainer-watch", daemon=True).start()
+
+
+def send(conn: Connection, message: dict) -> None:
+    """`message` to the trainer, pickled (tensors by value)."""
+    conn.send_bytes(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def build_rollout_run(cfg: Config, device: torch.device) -> Run:
+    """A `Run` holding only what `trainer.rollout_stage` reads (no optimizer, no reference)."""
+    seed_everything(cfg.training.seed)
+    samples = load_split(cfg.data.train_files, cfg)
+    model = load_policy(cfg.model.path, rollout_dtype(cfg), cfg.model.attn_implementation, device=device)
+    model.requires_grad_(False)
+    family, spec, processor = family_of(model.config), mrope_spec(model.config), load_processor(cfg.model.path)
+    ctx = ForwardContext(family=family, spec=spec, pad_token_id=processor.tokenizer.pad_token_id,
+                         micro_batch_size=cfg.training.micro_batch_size, temperature=cfg.rollout.temperature,
+                         device=device, banned_ids=tuple(banned_token_ids(processor.tokenizer)))
+    frames = FrameSource(cfg.vision, cfg.data.cache_dir, cfg.data.cache_mode)
+    prompts = PromptBuilder(frames, processor, family, spec,
+                            render=partial(render_prompt, template_dir=cfg.data.template_dir),
+                            max_prompt_tokens=cfg.data.max_prompt_tokens)
+    engine = make_engine(cfg, model, processor, family, spec, samples)
+    rollouts = RolloutStage(engine, make_score_fn(cfg), processor.tokenizer, _end_token(processor), cfg.rollout,
+                            cfg.hybrid, cfg.algorithm, cfg.training.seed,
+                            stop_token_ids(cfg.rollout.stop_tokens, processor.tokenizer))
+    loader = PromptLoader(samples, cfg.training.rollout_batch_size, cfg.training.seed, cfg.data.shuffle)
+    return Run(cfg=cfg, model=model, reference=None, optimizer=None, scheduler=None, kl=None, loader=loader,
+               prompts=prompts, rollouts=rollouts, ctx=ctx, padding=prompts.empty())
+
+
+def serve(cfg: Config, port: int, start: int, loader_state: dict, out: Connection) -> None:
+    """Generate and score batches start+1..steps, each with the weights the schedule names."""
+    device = (torch.device("cuda", 1 % torch.cuda.device_count()) if torch.cuda.is_available()
+              else torch.device("cpu"))
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    run = build_rollout_run(cfg, device)
+    run.loader.load_state_dict(loader_state)
+    named = dict(run.model.named_parameters())
+    send(out, {"kind": "hello", "names": list(named)})
+    store = dist.TCPStore("127.0.0.1", port, 2, is_master=False, timeout=datetime.timedelta(minutes=5))
+    group = pair_group(store, 1, device)
+    params = [p.detach() for p in named.values()]
+
+    def receive() -> None:  # into the parameters themselves (same order, shape and dtype as sent)
+        for w in [group.broadcast([p], dist.BroadcastOptions()) for p in params]:
+            w.wait()
+        run.rollouts.engine.update_weights(run.model)
+
+    receive()
+    version, t = start, cfg.training
+    for step in range(start + 1, t.steps + 1):
+        need = weight_version(step, t.max_staleness, cfg.checkpoint.every, start)
+        began = time.perf_counter()
+        if need > version:
+            receive()
+            version = need
+        waited = time.perf_counter() - began
+        timer = StageTimer()
+        scored = rollout_stage(run, step, timer)
+        send(out, {"kind": "batch", "step": step, "version": version, "scored": scored,
+                 "loader": run.loader.state_dict(), "train_wait": waited,
+                 "metrics": {f"async/{k.removeprefix('time/')}_s": v for k, v in timer.times.items()}})
+
+
+def connect_and_serve(port: int, parent: int) -> None:
+    """Connect to the trainer, take the run's config, serve its batches; errors go to it as text."""
+    die_with_parent(parent)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s rollout %(name)s: %(message)s")
+    conn = Client(("127.0.0.1", port), authkey=bytes.fromhex(os.environ.pop(KEY_ENV)))
+    try:
+        job = pickle.loads(conn.recv_bytes())  # from the trainer that started this process
+        serve(job["cfg"], job["port"], job["start"], job["loader"], conn)
+    except BaseException:  # noqa: BLE001 - any failure goes to the trainer, which stops with it
+        send(conn, {"kind": "error", "error": traceback.format_exc()})
+        conn.close()
+        sys.exit(1)
+    conn.close()
+
+
+if __name__ == "__main__":
+    connect_and_serve(int(sys.argv[1]), int(sys.argv[2]))

@@ -1,0 +1,196 @@
+"""Separate rollout placement (`training.async_rollout`): real rollout processes, real weight
+broadcasts over gloo, real kills."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from easyvideor1.data.synth import write_suite
+from easyvideor1.models.tiny import build_tiny_model
+from easyvideor1.config import load_config
+from easyvideor1.config_tree import ConfigError
+from easyvideor1.training.async_rollout import broadcast_versions, check_placement, weight_version
+from easyvideor1.training.metrics import read_metrics
+from test_distributed import write_config
+
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+
+
+def _train(cfg, *extra, env=ENV):
+    return subprocess.Popen([sys.executable, "-m", "easyvideor1.cli", "train", str(cfg), *extra], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _finish(proc, timeout=600):
+    out = proc.communicate(timeout=timeout)[0]
+    assert proc.returncode == 0, out[-4000:]
+    return out
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    root = tmp_path_factory.mktemp("async")
+    model = build_tiny_model("qwen2_5_vl", root / "model", seed=1)
+    data = write_suite(root / "synth", num_train=12, num_val=0, seed=4)["train"]
+    return root, model, data
+
+
+def test_the_schedule_is_fixed_by_steps_not_timing():
+    assert [weight_version(s, 1, 0) for s in range(1, 6)] == [0, 0, 1, 2, 3]
+    assert [weight_version(s, 0, 0) for s in range(1, 4)] == [0, 1, 2]
+    # a checkpoint every 2 steps: the batch after it is generated with the checkpoint's weights
+    assert [weight_version(s, 1, 2) for s in range(1, 7)] == [0, 0, 2, 2, 4, 4]
+    assert [weight_version(s, 2, 0, start=3) for s in range(4, 7)] == [3, 3, 3]
+    assert broadcast_versions(0, 5, 1, 0) == [1, 2, 3]
+    assert broadcast_versions(2, 6, 1, 2) == [4]
+
+
+def test_placement_errors_name_the_field():
+    with pytest.raises(ConfigError, match="max_staleness=1 needs rollout.placement=separate"):
+        check_placement(load_config(None, ["training.max_staleness=1"]), 1)
+    with pytest.raises(ConfigError, match="LoRA"):
+        check_placement(load_config(None, ["rollout.placement=separate", "model.lora.rank=8"]), 1)
+    with pytest.raises(ConfigError, match="torchrun"):
+        check_placement(load_config(None, ["rollout.placement=separate"]), 2)
+    check_placement(load_config(None, ["rollout.placement=separate", "training.max_staleness=2"]), 1)
+
+
+def test_separate_on_policy_equals_colocated(setup):
+    """k = 0 with a rollout process gives the parameters of the one-process run (3 steps), with
+    hybrid groups and dynamic sampling filled on the rollout side."""
+    root, model, data = setup
+    runs = {}
+    for name, placement in (("colocated", "colocated"), ("separate", "separate")):
+        cfg = write_config(root, model, data, root / name, steps=3,
+                           rollout={"engine": "hf", "n": 2, "max_tokens": 12, "temperature": 1.0,
+                                    "placement": placement},
+                           algorithm={"adv_estimator": "grpo", "policy_loss": "ppo_clip", "loss_agg_mode": "token_mean",
+                                      "disable_kl": True, "online_filtering": True, "max_filter_tries": 3})
+        runs[name] = _train(cfg)
+    outs = {k: _finish(p) for k, p in runs.items()}
+    assert "rollout process" in outs["separate"]
+    a = load_file(str(root / "colocated" / "hf_model" / "model.safetensors"))
+    b = load_file(str(root / "separate" / "hf_model" / "model.safetensors"))
+    base = load_file(str(model / "model.safetensors"))
+    assert any(not torch.equal(a[n], base[n]) for n in a)  # it trained
+    for n in a:
+        torch.testing.assert_close(b[n], a[n], rtol=1e-5, atol=1e-6, msg=n)
+    rows = read_metrics(root / "separate" / "metrics.jsonl")
+    assert [r["async/staleness_max"] for r in rows] == [0.0, 0.0, 0.0]
+    assert all("time/rollout_wait" in r and "time/weight_sync" in r for r in rows[:-1])
+    same = read_metrics(root / "colocated" / "metrics.jsonl")
+    for a_row, b_row in zip(same, rows):  # dynamic sampling and hybrid groups ran on the rollout side alike
+        keys = [k for k in a_row if k.startswith(("filter/", "hybrid/", "reward/"))]
+        assert "filter/filter_groups_kept" in keys and b_row["hybrid/groups_replaced"] > 0
+        assert {k: b_row[k] for k in keys} == {k: a_row[k] for k in keys}
+
+
+def _async_config(root, model, data, name, steps, **extra):
+    return write_config(root, model, data, root / name, steps=steps, training={
+        "steps": steps, "rollout_batch_size": 4, "mini_batch_size": 4, "micro_batch_size": 2, "lr": 1e-3,
+        "seed": 0, "max_staleness": 1}, rollout={"engine": "hf", "n": 2, "max_tokens": 12, "temperature": 1.0,
+                                                  "placement": "separate"}, **extra)
+
+
+def test_one_step_stale_uses_decoupled_ppo_and_resumes_exactly(setup):
+    """k = 1: batch s comes from the weights after step s-2 (staleness 1 after the first step),
+    the rollout correction is on (token_tis against the proximal policy), and a run SIGKILLed
+    after its step-2 checkpoint and resumed ends with the parameters of an uninterrupted run."""
+    root, model, data = setup
+    steps = 4
+    straight = _async_config(root, model, data, "k1", steps, checkpoint={"every": 2, "resume": "auto"})
+    killed = _async_config(root, model, data, "k1_killed", steps, checkpoint={"every": 2, "resume": "auto"})
+    out = _finish(_train(straight))
+    assert "rollout correction: token_tis (auto: the run is asynchronous" in out
+    rows = read_metrics(root / "k1" / "metrics.jsonl")
+    # checkpoint every 2: batch 3 is generated with step 2's weights (a checkpoint holds nothing in flight)
+    assert [r["async/staleness_max"] for r in rows] == [0.0, 1.0, 0.0, 1.0]
+    assert rows[1]["mismatch/ratio_max"] != 1.0  # stale responses: pi_proximal / pi_rollout moved
+
+    proc = _train(killed)
+    ckpt = root / "k1_killed" / "checkpoints" / "step-000002" / "state.json"
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline and not ckpt.exists() and proc.poll() is None:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate()
+    assert not (root / "k1_killed" / "checkpoints" / f"step-{steps:06d}").exists(), "finished before the kill"
+    out = _finish(_train(killed))
+    assert "resumed from" in out
+    a = load_file(str(root / "k1" / "hf_model" / "model.safetensors"))
+    b = load_file(str(root / "k1_killed" / "hf_model" / "model.safetensors"))
+    for n in a:
+        assert torch.equal(a[n], b[n]), n
+
+
+def _rollout_pid(proc) -> tuple[int, list[str]]:
+    """The rollout process's pid from the trainer's log (read until it is started)."""
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if "rollout process" in line and "started" in line:
+            return int(line.split("rollout process ")[1].split()[0]), lines
+    raise AssertionError("no rollout process started:\n" + "".join(lines[-40:]))
+
+
+def _first_step(out, timeout=300):
+    """Wait until the run has logged a step (the rollout process is serving batches)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not (out / "metrics.jsonl").exists():
+        time.sleep(0.1)
+
+
+def _gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return "\nState:\tZ" in f.read()  # a zombie has ended
+    except FileNotFoundError:
+        return True
+
+
+def test_a_dead_rollout_process_stops_the_trainer(setup):
+    root, model, data = setup
+    proc = _train(_async_config(root, model, data, "dies", 200))
+    pid, _ = _rollout_pid(proc)
+    _first_step(root / "dies")
+    os.kill(pid, signal.SIGKILL)
+    out = proc.communicate(timeout=60)[0]  # no hang: it stops within a minute
+    assert proc.returncode != 0
+    assert f"the rollout process (pid {pid}) died with exit code -9" in out, out[-3000:]
+
+
+def test_a_killed_trainer_takes_its_rollout_process_with_it(setup):
+    root, model, data = setup
+    proc = _train(_async_config(root, model, data, "orphan", 200))
+    pid, _ = _rollout_pid(proc)
+    _first_step(root / "orphan")
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    proc.stdout.close()  # the rollout process holds the pipe too: no read to its end
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not _gone(pid):
+        time.sleep(0.1)
+    assert _gone(pid), f"rollout process {pid} outlived its trainer"
+
+
+@pytest.mark.vllm
+def test_separate_with_the_vllm_engine(setup, ipc_dir):
+    """The rollout process runs vLLM (float32): step 2's responses come from the broadcast
+    weights of step 1, so their log-probs match the trainer's within float32 noise."""
+    pytest.importorskip("vllm")
+    from test_vllm_trainer import VLLM, _env
+
+    root, model, data = setup
+    cfg = write_config(root, model, data, root / "vllm", steps=2, **VLLM, rollout__placement="separate")
+    _finish(_train(cfg, env=_env(root, ipc_dir, threads=2)), timeout=900)
+    rows = read_metrics(root / "vllm" / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2]
+    gaps = [v for r in rows for k, v in r.items() if k.startswith("parity/max_gap/")]
+    assert gaps and max(gaps) < 1e-4
