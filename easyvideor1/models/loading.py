@@ -33,6 +33,10 @@ def _load(path: str | Path, dtype, attn_implementation: str, device: str | torch
             f"no config.json in {path}: expected a local HF model directory "
             f"(build one with `easyvideor1 tiny-model --family qwen2_5_vl --out {path}`)"
         )
+    if torch.device(device).type == "meta":  # built, not read: `models.meta_init.fill_weights` loads it
+        from easyvideor1.models.meta_init import empty_model
+
+        return empty_model(path, resolve_dtype(dtype), attn_implementation)
     model = AutoModelForImageTextToText.from_pretrained(
         path, dtype=resolve_dtype(dtype), attn_implementation=attn_implementation
     )
@@ -47,7 +51,8 @@ def load_policy(
     gradient_checkpointing: bool = False,
     device: str | torch.device = "cpu",
 ):
-    """The trainable policy in train mode.
+    """The trainable policy in train mode (`device="meta"`: built without weights, for
+    `models.meta_init.fill_weights` after sharding).
 
     `freeze_vision` turns off gradients of the whole vision tower (patch embedding, blocks,
     merger, deepstack mergers); the tower still runs in every forward. `gradient_checkpointing`
