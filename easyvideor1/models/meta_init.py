@@ -30,6 +30,7 @@ from pathlib import Path
 
 import torch
 
+from easyvideor1.errors import UserError
 from easyvideor1.models.lora import base_name
 
 INDEX = "model.safetensors.index.json"
@@ -54,13 +55,18 @@ def empty_model(path: str | Path, dtype: torch.dtype, attn_implementation: str):
     return model
 
 
+class WeightsError(UserError, ValueError):
+    """model.path's weights cannot be read slice by slice for this model."""
+
+
 def _files(path: Path) -> list[Path]:
     if (path / INDEX).is_file():
         weight_map = json.loads((path / INDEX).read_text())["weight_map"]
         return [path / f for f in sorted(set(weight_map.values()))]
     if (path / SINGLE).is_file():
         return [path / SINGLE]
-    raise FileNotFoundError(f"no {SINGLE} or {INDEX} in {path}: the model folder must hold safetensors weights")
+    raise WeightsError(f"model.path {path}: no {SINGLE} or {INDEX}; training reads safetensors weights (convert "
+                       "the folder once: from_pretrained, then save_pretrained)")
 
 
 class WeightSource:
@@ -88,8 +94,8 @@ class WeightSource:
                 if name not in expected and key in expected:
                     name, converter = key, None
                 if converter is not None:
-                    raise ValueError(f"{file}: weight {key} needs transformers' conversion ({converter}); "
-                                     "load such a checkpoint once with from_pretrained and save_pretrained it")
+                    raise WeightsError(f"model.path {file}: weight {key} needs transformers' conversion "
+                                       f"({converter}); convert the folder once: from_pretrained, then save_pretrained")
                 if name in expected:
                     self.where[name] = (file, key)
         # tied names (lm_head.weight and the input embedding): one tensor, stored once
@@ -103,7 +109,7 @@ class WeightSource:
                     self.where[n] = self.where[stored[0]]
         missing = sorted(set(expected) - set(self.where))
         if missing:
-            raise ValueError(f"model.path {self.path} has no weight for {len(missing)} tensors of the model "
+            raise WeightsError(f"model.path {self.path} has no weight for {len(missing)} tensors of the model "
                              f"(e.g. {missing[:3]}): not a checkpoint of this architecture")
 
     def read(self, name: str, region: tuple[slice, ...]) -> torch.Tensor:

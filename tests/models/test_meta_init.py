@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from easyvideor1.errors import UserError
 from easyvideor1.models.families import MODEL_FAMILIES
 from easyvideor1.models.loading import load_policy, load_reference
 from easyvideor1.models.lora import apply_lora
@@ -82,7 +83,10 @@ def test_a_checkpoint_missing_weights_is_refused(tmp_path, tiny_dirs):
     weights = load_file(str(Path(tiny_dirs["qwen2_5_vl"]) / "model.safetensors"))
     save_file({k: v for k, v in weights.items() if "layers.1." not in k}, str(folder / "model.safetensors"))
     model = load_policy(folder, "float32", "sdpa", device="meta")
-    with pytest.raises(ValueError, match="has no weight for .* tensors"):
+    with pytest.raises(UserError, match="has no weight for .* tensors"):  # one line from the CLI
+        WeightSource(folder, model)
+    (folder / "model.safetensors").rename(folder / "pytorch_model.bin")  # not read slice by slice
+    with pytest.raises(UserError, match="no model.safetensors or model.safetensors.index.json"):
         WeightSource(folder, model)
 
 
