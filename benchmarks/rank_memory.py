@@ -12,8 +12,9 @@ Phases are the CLI's own functions, seen by a profile hook (`sys.setprofile`, an
 code is replaced), so the script measures whichever version of the package is on PYTHONPATH:
 start-up (`build_run`), train (`train`, less the phases inside it), save (`checkpoint_run`),
 resume (`maybe_resume`), export (`export_hf`). Method: at each phase boundary the rank reads its
-peak RSS (`VmHWM` in /proc/self/status) and resets it (`echo 5 > /proc/self/clear_refs`), so each
-figure is the exact peak of that phase alone (Linux >= 4.0). Heavy imports are done before the
+peak RSS (`VmHWM` in /proc/self/status), returns freed heap pages to the OS (glibc `malloc_trim`)
+and resets the peak (`echo 5 > /proc/self/clear_refs`), so each figure is the exact peak of that
+phase alone, and its rise above the phase's entry RSS is what the phase itself added (Linux >= 4.0). Heavy imports are done before the
 CLI starts (and the processor is loaded once, for its imports), so start-up measures loading,
 not importing.
 
@@ -57,8 +58,26 @@ def _status(key: str) -> int:
 
 
 def _reset_peak() -> None:
+    """Hand freed heap pages back to the OS (glibc keeps them otherwise, and a later phase would
+    reuse what an earlier one freed without showing its own need), then reset the peak."""
+    if _LIBC is not None:
+        _LIBC.malloc_trim(0)
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")
+
+
+def _libc():
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c"))
+        return libc if hasattr(libc, "malloc_trim") else None
+    except OSError:
+        return None
+
+
+_LIBC = _libc()
 
 
 class PhaseMeter:
