@@ -1,6 +1,7 @@
-"""scripts/gpu_check.py, run as on the GPU machine but with tiny models on CPU (--tiny --cpu):
-both families train through the real trainer, every update sees videos and images, and the
-counts its MFU rests on agree with the trainer's own token count and with hand-counted params."""
+"""scripts/gpu_check.py (pieces in scripts/gpucheck/), run as on the GPU machine but with tiny
+models on CPU (--tiny --cpu): both families and the realistic row's shape train through the real
+trainer, every update sees videos and images, and the counts its MFU rests on agree with the
+trainer's own token count, with hand-counted params and with attention pairs counted by hand."""
 
 from __future__ import annotations
 
@@ -13,6 +14,11 @@ from pathlib import Path
 import pytest
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "gpu_check.py"
+sys.path.insert(0, str(SCRIPT.parent))
+
+from gpucheck.flops import attention_dims, attention_flops, causal_pairs, piece_pairs, vision_pairs  # noqa: E402
+from gpucheck.kernels import a1_check, fused_ran, kind_of  # noqa: E402
+from gpucheck.shapes import TINY_SHAPES, hf_config  # noqa: E402
 
 
 def _run(args: list[str], tmp_path: Path, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -22,16 +28,17 @@ def _run(args: list[str], tmp_path: Path, timeout: float = 600) -> subprocess.Co
                           timeout=timeout, cwd=tmp_path)
 
 
-@pytest.mark.slow  # ~20 s of CPU time (3 processes importing torch + transformers), 30-60 s wall on 2 shared cores
+@pytest.mark.slow  # ~30 s of CPU time (4 processes importing torch + transformers), 60-90 s wall on 2 shared cores
 def test_tiny_cpu_run_counts_what_the_update_processes(tmp_path):
     out = tmp_path / "out"
-    p = _run(["--tiny", "--cpu", "--out", str(out), "--work", str(tmp_path / "work")], tmp_path)
+    p = _run(["--tiny", "--cpu", "--out", str(out), "--work", str(tmp_path / "work"),
+              "--models", "qwen2_5_vl_3b,qwen3_vl_8b,qwen2_5_vl_7b"], tmp_path)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     report = json.loads((out / "gpu_check.json").read_text())
-    assert [m["model"] for m in report["models"]] == ["qwen2_5_vl_3b", "qwen3_vl_8b"]
+    assert [m["model"] for m in report["models"]] == ["qwen2_5_vl_3b", "qwen3_vl_8b", "qwen2_5_vl_7b"]
     assert "qwen2_5_vl_3b" in p.stdout and "MFU" in p.stdout  # the table was printed
     wl = report["workload"]
-    for m in report["models"]:
+    for m in report["models"][:2]:
         assert m["status"] == "ok", m
         assert [s["step"] for s in m["steps"]] == [1, 2]
         # Each prompt is answered n times. With the group-shared prefix (on by default; its
@@ -70,6 +77,70 @@ def test_tiny_cpu_run_counts_what_the_update_processes(tmp_path):
     assert fp["lm_head"] == 4096 * 64
     assert fp["vision_per_patch"] == 3 * 2 * 14 * 14 * 32 + 2 * block  # patch embedding + blocks
     assert fp["vision_per_merged"] == merger and fp["merge"] == 4
+    _check_realistic_row(report["models"][2], report["workloads"]["qwen2_5_vl_7b"])
+
+
+def _check_realistic_row(m, wl):
+    """The realistic row's structure (tiny widths): one video prompt, its n responses in one
+    group-shared block, gradient checkpointing; attention FLOPs from the counted pairs."""
+    assert m["status"] == "ok" and m["shared_prefix"] and m["padding_free"], m
+    assert m["attention_kernels"].get("cpu", 0) > 0 and m["fused_attention"] is None  # asserted on CUDA only
+    fp = m["flop_params"]
+    assert (fp["llm_layers"], fp["llm_width"], fp["vision_full_layers"], fp["vision_window_layers"]) == (2, 64, 1, 1)
+    for s in m["steps"]:
+        assert s["update_sequences"] == 1 and s["update_videos"] == 1 and s["update_images"] == 0
+        assert s["responses"] == wl["n"]
+        prompt, resp = s["update_tokens"] - s["response_tokens"], s["response_tokens"]
+        # The prompt's pairs once, each response over the prompt and itself (not n prompts).
+        assert causal_pairs(prompt) + resp * prompt + resp <= s["llm_pairs"]
+        assert s["llm_pairs"] <= causal_pairs(prompt) + resp * prompt + causal_pairs(resp)
+        assert s["vision_full_pairs"] > s["vision_window_pairs"] > 0
+        assert s["attention_flops"] == pytest.approx(12 * (fp["llm_layers"] * fp["llm_width"] * s["llm_pairs"] + fp[
+            "vision_width"] * (s["vision_full_pairs"] + s["vision_window_pairs"])), rel=1e-9)
+
+
+def test_attention_pairs_match_a_hand_count():
+    """`piece_pairs` and `vision_pairs` against the allowed (query, key) pairs of explicit masks."""
+    import torch
+
+    def shared_mask(parts):  # prompt causal; response i sees the prompt and itself causally
+        n, seg = sum(parts), torch.cat([torch.full((c,), i) for i, c in enumerate(parts)])
+        causal = torch.ones(n, n, dtype=torch.bool).tril()
+        return causal & ((seg[:, None] == seg[None, :]) | (seg[None, :] == 0))
+
+    for parts in ((7,), (5, 3), (6, 1, 4, 2)):
+        assert piece_pairs(parts) == int(shared_mask(parts).sum()), parts
+    assert piece_pairs((4, 2, 3)) == 10 + (2 * 4 + 3) + (3 * 4 + 6)  # by hand
+    # Qwen2.5-VL-like: 2 temporal patches of 12 x 20 patches, merge 2, windows of 4 x 4 merged
+    # tokens: rows 8 + 4 patches, cols 8 + 8 + 4 patches.
+    window = torch.zeros(12, 20, dtype=torch.long)
+    for a, (r0, r1) in enumerate(((0, 8), (8, 12))):
+        for b, (c0, c1) in enumerate(((0, 8), (8, 16), (16, 20))):
+            window[r0:r1, c0:c1] = 3 * a + b
+    ids = window.flatten()
+    full, windowed = vision_pairs((2, 12, 20), window=4, merge=2)
+    assert full == 2 * 240**2
+    assert windowed == 2 * int((ids[:, None] == ids[None, :]).sum()) == 2 * (8**2 + 4**2) * (8**2 + 8**2 + 4**2)
+    assert vision_pairs((3, 4, 4), window=0, merge=2) == (3 * 256, 0)
+    assert attention_flops(layers=2, width=64, pairs=100) == 12 * 2 * 64 * 100  # (2 QK^T + 2 AV) x 3 (fwd + bwd)
+
+
+def test_realistic_shape_dims():
+    """The tiny realistic row's attention dims from its HF config (28/4 heads -> 4/2 here)."""
+    tokens = {t: i for i, t in enumerate(["<|im_end|>", "<|endoftext|>", "<|image_pad|>", "<|video_pad|>",
+                                          "<|vision_start|>", "<|vision_end|>"])}
+    dims = attention_dims(hf_config(TINY_SHAPES["qwen2_5_vl_7b"], tokens))
+    assert dims == dict(llm_layers=2, llm_width=64, vision_width=32, vision_full_layers=1, vision_window_layers=1)
+
+
+def test_kernel_kinds_and_the_a1_check_on_cpu():
+    names = {"aten::_scaled_dot_product_flash_attention": "flash", "aten::_efficient_attention_backward": "efficient",
+             "aten::_scaled_dot_product_cudnn_attention": "cudnn", "aten::_scaled_dot_product_attention_math": "math",
+             "aten::_scaled_dot_product_flash_attention_for_cpu": "cpu", "aten::mm": None}
+    assert {n: kind_of(n) for n in names} == names
+    assert fused_ran({"math": 3}) is not None and fused_ran({"flash": 2, "math": 1}) is None
+    (row,) = a1_check("cpu", (1280,))  # section F's code path, small
+    assert row["tokens"] == 1280 and row["kernels"].get("cpu", 0) >= 1
 
 
 def test_without_cuda_it_says_so(tmp_path):

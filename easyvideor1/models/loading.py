@@ -2,7 +2,9 @@
 
 Everything goes through `AutoModelForImageTextToText` / `AutoProcessor`, so the four families
 load the same way; what differs per family is read from `families.family_of(config)`. No
-global patching of transformers: family quirks are handled where the inputs are built.
+global patching of transformers: family quirks are handled where the inputs are built. With
+`sdpa`, the vision tower's attention is `vision_attention.window_attention` (registered in
+transformers' attention interface).
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
+
+from easyvideor1.models.vision_attention import use_window_attention
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -36,11 +40,14 @@ def _load(path: str | Path, dtype, attn_implementation: str, device: str | torch
     if torch.device(device).type == "meta":  # built, not read: `models.meta_init.fill_weights` loads it
         from easyvideor1.models.meta_init import empty_model
 
-        return empty_model(path, resolve_dtype(dtype), attn_implementation)
-    model = AutoModelForImageTextToText.from_pretrained(
-        path, dtype=resolve_dtype(dtype), attn_implementation=attn_implementation
-    )
-    return model.to(device)
+        model = empty_model(path, resolve_dtype(dtype), attn_implementation)
+    else:
+        model = AutoModelForImageTextToText.from_pretrained(
+            path, dtype=resolve_dtype(dtype), attn_implementation=attn_implementation
+        )
+    if attn_implementation == "sdpa":  # the vision tower: one call per window size, not per window
+        use_window_attention(model)
+    return model if torch.device(device).type == "meta" else model.to(device)
 
 
 def load_policy(

@@ -31,8 +31,8 @@ def _skeleton(model):
     """A weightless model of `model`'s architecture (same config), as `from_pretrained` builds it."""
     from transformers import AutoModelForImageTextToText
 
-    with torch.device("meta"):
-        skeleton = AutoModelForImageTextToText.from_config(copy.deepcopy(model.config))
+    with torch.device("meta"):  # a copy: the vision tower's attention name is the loaded model's own
+        skeleton = AutoModelForImageTextToText.from_config(copy.deepcopy(model.config), attn_implementation="sdpa")
     skeleton.generation_config = model.generation_config
     return skeleton
 

@@ -81,9 +81,9 @@ class RolloutStage:
     algo: AlgorithmConfig  # dynamic-sampling settings
     seed: int  # training.seed
     stop_ids: tuple[int, ...] = ()  # `stop_token_ids(rollout.stop_tokens, tokenizer)`, checked once
-    # Sequence parallelism: (prompts, responses) -> the responses of the group's first rank, so the
-    # ranks that share prompts score and filter the same responses (`training.sequence_parallel`).
-    share: Callable[[list[Prompt], list[list[Rollout]]], list[list[Rollout]]] | None = None
+    # Sequence parallelism: (prompts, counts, params, generate) -> every response, each rank of the
+    # group generating its share (`training.sequence_parallel.split_rollouts`); None: generate all.
+    split: Callable[..., list[list[Rollout]]] | None = None
     count_group: Any = None  # ranks whose filter counts add up (the data-parallel ones under SP); None: all
 
     def params(self, step: int, temperature: float | None = None) -> SamplingParams:
@@ -107,9 +107,9 @@ class RolloutStage:
     def groups(self, prompts: list[Prompt], params: SamplingParams) -> ScoredGroups:
         """Generate each prompt's group, place offline trajectories, and score every response."""
         n, hybrid = self.rollout.n, self.hybrid
-        online = self.generate(prompts, [online_count(p.sample, n, hybrid) for p in prompts], params)
-        if self.share is not None:
-            online = self.share(prompts, online)
+        counts = [online_count(p.sample, n, hybrid) for p in prompts]
+        online = (self.generate(prompts, counts, params) if self.split is None
+                  else self.split(prompts, counts, params, self.generate))
         online_results = self.score(prompts, online)
         counters = HybridCounters()
         accuracy = [[r.accuracy for r in res] for res in online_results]

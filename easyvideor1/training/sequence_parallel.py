@@ -2,17 +2,20 @@
 
 The mesh is data-parallel x sequence-parallel: rank r = dp_rank * k + sp_rank, the k consecutive
 ranks of a group hold the same prompts (the loader slices by dp_rank) and split each packed row.
-FSDP2 still shards over the whole world. Every rank generates its group's prompts (the HF
-engine's forwards are collectives of the whole world); the group's first rank's responses
-replace the others' before scoring (`share_rollouts`, so dynamic sampling keeps the same groups
-on the k ranks) and its rewards after (`share_scored`), so the k copies are identical even where
-generation or a reward is not bitwise reproducible across ranks.
+FSDP2 still shards over the whole world. The k ranks of a group split its rollout work
+(`split_rollouts`): rank j generates the j-th contiguous k-th of the group's responses (each with
+the seed it has in one process), then they are gathered within the group, so every rank scores,
+filters and trains on the same responses and rollout throughput is not divided by k. Every rank
+still calls the engine (the HF engine's forwards are collectives of the whole world). The group's
+first rank's rewards replace the others' (`share_scored`), so the k copies are identical even where
+a reward is not bitwise reproducible across ranks.
 """
 
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any
 
 import transformers
@@ -24,6 +27,7 @@ from easyvideor1.models.packing import packing_blocker
 from easyvideor1.models.ulysses import SequenceParallel, use_ulysses_attention
 from easyvideor1.prompts import Prompt
 from easyvideor1.records import Rollout
+from easyvideor1.rollout.base import SamplingParams, sample_seeds
 from easyvideor1.training.groups import ScoredGroups
 
 
@@ -93,10 +97,40 @@ def _first_rank(sp: SequenceParallel, prompts: list[Prompt], value):
     return first_value
 
 
-def share_rollouts(sp: SequenceParallel, prompts: list[Prompt], groups: list[list[Rollout]]) -> list[list[Rollout]]:
-    """The group's first rank's responses (`RolloutStage.share`): generation need not be bitwise
-    reproducible across ranks for the k copies to score, filter and train on the same ones."""
-    return _first_rank(sp, prompts, groups)
+def rollout_share(counts: list[int], k: int, j: int) -> list[tuple[int, int, int]]:
+    """Rank j's share of the responses `counts[i]` of prompts i, as (prompt, first, count) runs:
+    the j-th of k contiguous, near-equal slices of the responses in (prompt, response) order."""
+    total = sum(counts)
+    lo, hi = total * j // k, total * (j + 1) // k
+    runs, at = [], 0
+    for i, c in enumerate(counts):
+        first, last = max(lo, at), min(hi, at + c)
+        if first < last:
+            runs.append((i, first - at, last - first))
+        at += c
+    return runs
+
+
+def split_rollouts(sp: SequenceParallel, prompts: list[Prompt], counts: list[int], params: SamplingParams,
+                   generate: Callable) -> list[list[Rollout]]:
+    """`generate(prompts, counts, params)` with the work split over the sequence-parallel group
+    (`RolloutStage.split`): this rank generates its `rollout_share`, each response seeded as in one
+    call over all prompts (`rollout.base.sample_seeds`), then the group gathers the pieces."""
+    seeds = sample_seeds(counts, params.seed, [p.seed_offset for p in prompts])
+    runs = rollout_share(counts, sp.size, sp.rank)
+    mine = [replace(prompts[i], seed_offset=None if params.seed is None else seeds[i][first] - params.seed)
+            for i, first, _ in runs]
+    pieces = generate(mine, [c for *_, c in runs], params)
+    ids = [p.sample.problem_id for p in prompts]
+    gathered = distributed.all_gather_objects((ids, runs, pieces), sp.group)
+    if any(other != ids for other, _, _ in gathered):
+        raise RuntimeError("the ranks of a sequence-parallel group built different prompts; they must share a data "
+                           "slice (training.rank_balance.rank_slots by data-parallel rank)")
+    groups: list[list[Rollout]] = [[] for _ in prompts]
+    for _, rank_runs, rank_pieces in gathered:  # rank order = response order
+        for (i, _, _), piece in zip(rank_runs, rank_pieces):
+            groups[i].extend(replace(r, prompt_index=i) for r in piece)
+    return groups
 
 
 def share_scored(scored: ScoredGroups, sp: SequenceParallel | None) -> ScoredGroups:

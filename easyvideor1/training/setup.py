@@ -36,7 +36,7 @@ from easyvideor1.training.fsdp import init_distributed, run_root_once, shard
 from easyvideor1.training.groups import RolloutStage, stop_token_ids
 from easyvideor1.training.loader import PromptLoader
 from easyvideor1.training.metrics import MetricsSink
-from easyvideor1.training.sequence_parallel import data_parallel, setup_sequence_parallel, share_rollouts
+from easyvideor1.training.sequence_parallel import data_parallel, setup_sequence_parallel, split_rollouts
 from easyvideor1.training.sequences import ForwardContext
 from easyvideor1.training.run import Run
 from easyvideor1.vision.cache import FrameSource
@@ -238,7 +238,7 @@ def build_run(cfg: Config) -> Run:
     rollouts = RolloutStage(engine, make_score_fn(cfg), processor.tokenizer, _end_token(processor), cfg.rollout,
                             cfg.hybrid, cfg.algorithm, cfg.training.seed,
                             stop_token_ids(cfg.rollout.stop_tokens, processor.tokenizer),
-                            share=None if sp is None else partial(share_rollouts, sp), count_group=dp.group)
+                            split=None if sp is None else partial(split_rollouts, sp), count_group=dp.group)
     return Run(cfg=cfg, model=model, reference=reference, optimizer=optimizer,
                scheduler=make_scheduler(optimizer, cfg), kl=make_kl_controller(cfg.algorithm),
                loader=PromptLoader(train_samples, cfg.training.rollout_batch_size, cfg.training.seed, cfg.data.shuffle),

@@ -1,15 +1,18 @@
 """`training.sequence_parallel_size` through the trainer (real torchrun, gloo, FSDP2, the HF
 engine, a tiny Qwen2.5-VL, real videos, images and text prompts): 2 processes with SP 2 end 3
 steps where 1 process without SP does; 4 processes (data-parallel 2 x SP 2) where 2 data-parallel
-processes do; bad settings stop with one clear line."""
+processes do; the ranks of an SP group split the rollout; bad settings stop with one clear line."""
 
 import json
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import torch
 from test_distributed import TIMEOUT_S, _env, _weights, same_steps, setup, write_config  # noqa: F401 (setup: fixture)
+
+from easyvideor1.training.sequence_parallel import rollout_share
 
 
 def _train(cfg, procs: int):
@@ -107,3 +110,30 @@ def test_bad_sequence_parallel_settings_are_one_line(setup):
     p = _train(cfg, 1)  # one process cannot hold a group of 2
     assert p.returncode != 0 and "Traceback" not in p.stderr
     assert "sequence_parallel_size=2 must be >= 1 and divide the number of processes (1)" in p.stderr
+
+
+def test_sp2_ranks_split_the_rollout(setup, tmp_path):
+    """Each rank of an SP group generates half of the group's responses (12 here: 6 each, one
+    prompt's responses split between the ranks); gathered, they are those of one engine call
+    over every prompt (the same seeds per response, so the same tokens)."""
+    _, model, _ = setup
+    worker = str(Path(__file__).parent / "split_rollout_worker.py")
+    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                        worker, str(model), str(tmp_path)], capture_output=True, text=True, env=_env(),
+                       timeout=TIMEOUT_S)
+    assert p.returncode == 0, p.stderr[-6000:]
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert [r["generated"] for r in ranks] == [[6], [6]]  # one engine call each, half the responses
+    for r in ranks:
+        assert r["split"] == r["whole"] == ranks[0]["whole"]
+        assert [[i for i, _ in grp] for grp in r["split"]] == [[g] * 4 for g in range(3)]
+
+
+def test_rollout_share_covers_every_response_once():
+    for counts in ([4, 4, 4], [1], [3, 1, 5], [2, 2]):
+        for k in (1, 2, 3, 4):
+            shares = [rollout_share(counts, k, j) for j in range(k)]
+            flat = [(i, first + x) for share in shares for i, first, c in share for x in range(c)]
+            assert flat == [(i, j) for i, c in enumerate(counts) for j in range(c)], (counts, k)
+            sizes = [sum(c for *_, c in share) for share in shares]
+            assert max(sizes) - min(sizes) <= 1
