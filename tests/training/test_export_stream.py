@@ -3,6 +3,7 @@ time and rank 0 writes safetensors files of bounded size (several here, with the
 folder loads with transformers and equals, weight for weight and in its outputs, the folder the
 previous writer made (the whole merged state dict in memory, `save_pretrained` of a skeleton)."""
 
+import copy
 import json
 import os
 import subprocess
@@ -28,7 +29,7 @@ def previous_export(path, case, out):
     model = policy(path, case)
     state = {k: v.to(torch.bfloat16) if v.is_floating_point() else v for k, v in merged_state_items(model)}
     with torch.device("meta"):
-        skeleton = AutoModelForImageTextToText.from_config(model.config)
+        skeleton = AutoModelForImageTextToText.from_config(copy.deepcopy(model.config), attn_implementation="sdpa")
     skeleton.generation_config = model.generation_config
     skeleton.save_pretrained(out, state_dict=state)
 
