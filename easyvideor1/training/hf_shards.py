@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-SHARD_BYTES = 1 << 30  # per file: what rank 0 holds at most while exporting
+SHARD_BYTES = 512 << 20  # per file: what rank 0 holds at most while exporting
 SINGLE = "model.safetensors"
 INDEX = "model.safetensors.index.json"
 
