@@ -27,7 +27,7 @@ COMMAND_MODULES = [
     "easyvideor1.vision.commands",  # cache
     "easyvideor1.models.commands",  # tiny-model
     "easyvideor1.rewards.commands",  # score
-    "easyvideor1.training.commands",  # train, demo
+    "easyvideor1.training.commands",  # train, export, demo, plan
     "easyvideor1.evaluation.commands",  # report
     "easyvideor1.curation.commands",  # pass-rate, trajectories
 ]

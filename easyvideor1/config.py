@@ -17,6 +17,7 @@ from typing import Literal
 from easyvideor1 import config_tree
 from easyvideor1.algorithms.config import ALGORITHM_PRESETS, AlgorithmConfig
 from easyvideor1.rewards.config import RewardConfig
+from easyvideor1.rollout.tools.registry import get_tools
 from easyvideor1.vision.config import VisionConfig
 
 log = logging.getLogger(__name__)
@@ -81,8 +82,8 @@ class ModelConfig:
     """Attention kernel: `sdpa`, `eager`, `flash_attention_2`."""
     freeze_vision: bool = False
     """Keep the vision tower frozen (no gradient, no optimizer state)."""
-    gradient_checkpointing: bool = False
-    """Recompute activations in the backward pass to save memory."""
+    gradient_checkpointing: bool | Literal["auto"] = "auto"
+    """Recompute activations in backward to save memory; auto: on for rows over 4096 tokens (training.recompute)."""
     lora: LoRAConfig = field(default_factory=LoRAConfig)
     """LoRA adapters (peft) instead of full fine-tuning; the reference is then the base model."""
 
@@ -121,6 +122,23 @@ class RolloutConfig:
     """Offload vLLM's weights to host memory and free its KV cache during each update (CUDA only)."""
     parity_check_every: int = 0
     """Every k steps log the engine-vs-trainer log-prob gap per modality (0: never)."""
+    tools: list[str] = field(default_factory=list)
+    """Video tools the model may call, multi-turn (`rollout.tools.registry.TOOLS`: crop_video, zoom_frame); empty: off."""
+    max_turns: int = 3
+    """Most model turns per response when tools are on (tool calls of the last one are not run)."""
+    tool_call_visual_tokens: int = 256
+    """Most visual tokens one tool call may return (crop_video's default frame count fills it)."""
+    tool_response_visual_tokens: int = 1024
+    """Most visual tokens all tool turns of one response may return together."""
+
+    def __post_init__(self) -> None:
+        get_tools(self.tools)  # unknown names list the valid ones
+        if self.max_turns < 1:
+            raise ValueError(f"rollout.max_turns must be >= 1, got {self.max_turns}")
+        if self.tools and self.engine != "hf":
+            raise ValueError("rollout.tools runs with rollout.engine=hf only (the vLLM engine has no tool loop yet)")
+        if min(self.tool_call_visual_tokens, self.tool_response_visual_tokens) < 1:
+            raise ValueError("rollout.tool_call_visual_tokens and tool_response_visual_tokens must be >= 1")
 
 
 @dataclass
@@ -201,6 +219,8 @@ class CheckpointConfig:
     """Keep the newest K checkpoints."""
     resume: str = "auto"
     """`auto` (newest complete checkpoint in out_dir), `never`, or a checkpoint folder."""
+    timeout_minutes: float = 60.0
+    """How long ranks wait for each other's checkpoint writes (a CPU group of its own, not the NCCL timeout)."""
     export_hf: bool = True
     """Write `<out_dir>/hf_model` (from_pretrained / vLLM loadable) at the end, checkpoints or not."""
 

@@ -25,6 +25,7 @@ the barrier returns no gloo thread will need the GIL again.
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from typing import Any
 
 import torch
@@ -33,6 +34,7 @@ import torch.distributed as dist
 _ACCELERATOR_BACKENDS = {"nccl": "cuda", "xccl": "xpu", "hccl": "npu"}
 CPU_BACKEND = "gloo_serial"  # gloo, one worker thread per group (module docstring)
 _JOINED: list[Any] = []  # the groups this package made on this rank, in creation order: None (the world) first
+_WAITING: dict[float, Any] = {}  # `waiting_group`'s groups of this world, by timeout in minutes
 
 
 def _gloo_serial(opts: Any, _backend_options: Any) -> Any:
@@ -49,13 +51,34 @@ def _gloo_serial(opts: Any, _backend_options: Any) -> Any:
     return gloo(opts.store, opts.group_rank, opts.group_size, options)
 
 
+def _register_cpu_backend() -> None:
+    if CPU_BACKEND not in dist.Backend.backend_list:
+        dist.Backend.register_backend(CPU_BACKEND, _gloo_serial, extended_api=True, devices=["cpu"])
+
+
 def init_process_group(backend: str, **kwargs: Any) -> None:
     """`torch.distributed.init_process_group`, with `CPU_BACKEND` known (`backend`: "nccl" and
     its kin on accelerators, `CPU_BACKEND` on CPUs). Leave with `close`."""
-    if backend == CPU_BACKEND and CPU_BACKEND not in dist.Backend.backend_list:
-        dist.Backend.register_backend(CPU_BACKEND, _gloo_serial, extended_api=True, devices=["cpu"])
+    if backend == CPU_BACKEND:
+        _register_cpu_backend()
     dist.init_process_group(backend, **kwargs)
     _JOINED[:] = [None]  # (forgets the groups of an earlier world left without `close`)
+    _WAITING.clear()
+
+
+def waiting_group(minutes: float) -> Any:
+    """A CPU group of every rank (`CPU_BACKEND`) whose collectives time out after `minutes`,
+    for waiting while other ranks do long work (a checkpoint write) without running into the
+    NCCL groups' watchdog. None in one process. Made on first use: every rank calls it at the
+    same point (creating a group is collective)."""
+    if not is_distributed():
+        return None
+    if minutes not in _WAITING:
+        _register_cpu_backend()
+        _WAITING[minutes] = dist.new_group(backend=CPU_BACKEND, timeout=timedelta(minutes=minutes))
+        if _JOINED:  # in a world of ours: `close` leaves it
+            _JOINED.append(_WAITING[minutes])
+    return _WAITING[minutes]
 
 
 def is_initialized() -> bool:
@@ -271,8 +294,10 @@ def close() -> None:
     is theirs to leave)."""
     if not (_JOINED and is_initialized()):
         _JOINED.clear()
+        _WAITING.clear()
         return
     for group in _JOINED:
         dist.barrier(group=group)  # a group of one rank too: its worker thread also holds tensors
     _JOINED.clear()
+    _WAITING.clear()
     dist.destroy_process_group()

@@ -86,6 +86,8 @@ class PromptBuilder:
     (evaluation: each benchmark's own prompt)."""
     max_prompt_tokens: int | None = None
     """Longer prompts are failures (None: no limit)."""
+    tools: list[dict] | None = None
+    """Function schemas of the tools the model may call, listed by the chat template (None: no tools)."""
 
     def build(self, sample: Sample, text: str | None = None, seed_offset: int | None = None) -> Prompt:
         """The prompt of `sample` (`text` replaces the rendered one); raises `MediaError`,
@@ -94,7 +96,8 @@ class PromptBuilder:
             raise ValueError(f"sample {sample.problem_id!r}: no prompt text (this PromptBuilder has no renderer)")
         media = self.frames.frames_for_sample(sample)
         text = self.render(sample) if text is None else text
-        inputs = build_inputs(sample, media, text, self.processor, self.family, self.spec, self.max_prompt_tokens)
+        inputs = build_inputs(sample, media, text, self.processor, self.family, self.spec, self.max_prompt_tokens,
+                              self.tools)
         return Prompt(sample=sample, frames=media, inputs=inputs, seed_offset=seed_offset)
 
     def build_many(self, samples: list[Sample], seed_offsets: list[int] | None = None

@@ -5,13 +5,18 @@ from __future__ import annotations
 import argparse
 
 from easyvideor1 import arguments
-from easyvideor1.data.synth import write_suite
+from easyvideor1.data.synth import OPT_IN_TASKS, TASKS, write_suite
+from easyvideor1.errors import UserError
 
 
 def _synth(args: argparse.Namespace) -> int:
     arguments.output_folder("--out", args.out)
     arguments.at_least(0, num_train=args.num_train, num_val=args.num_val, seed=args.seed)
-    paths = write_suite(args.out, num_train=args.num_train, num_val=args.num_val, seed=args.seed)
+    tasks = tuple(t for t in args.tasks.split(",") if t) if args.tasks else TASKS
+    unknown = [t for t in tasks if t not in TASKS + OPT_IN_TASKS]
+    if unknown:
+        raise UserError(f"--tasks: unknown task(s) {', '.join(unknown)}; valid: {', '.join(TASKS + OPT_IN_TASKS)}")
+    paths = write_suite(args.out, num_train=args.num_train, num_val=args.num_val, seed=args.seed, tasks=tasks)
     print(f"wrote {args.num_train} train and {args.num_val} val samples:")
     for split, path in paths.items():
         print(f"  {split}: {path}")
@@ -36,6 +41,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--num-train", type=int, default=256, help="training samples")
     p.add_argument("--num-val", type=int, default=64, help="validation samples")
     p.add_argument("--seed", type=int, default=0, help="random seed")
+    p.add_argument("--tasks", default="", help="comma-separated tasks to write (default: the standard suite; "
+                                               "`flash` is opt-in, for video tools)")
     p.set_defaults(func=_synth)
 
     p = subparsers.add_parser("check-data", help="validate every record of a sample file",

@@ -14,11 +14,16 @@ Tasks (problem_type in brackets; chance level in `CHANCE`):
   when      [temporal grounding]   [start, end] seconds during which the square is visible
   where     [spatial grounding]    box [x1, y1, x2, y2] (source pixels) of the square
   image_colour, image_count        the colour / count questions on a still image
+  flash     [multiple choice]      (opt-in, not in TASKS) colour of a square that flashes for
+                                   FLASH_FRAMES frames (0.25 s) inside a stated 1-s window of an
+                                   8-s clip: sampled at the demo's rate most flashes fall between
+                                   frames; a `crop_video` of the window shows it (issue 28)
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +35,14 @@ from easyvideor1.vision.encode import write_video
 COLOURS = {"red": (230, 30, 30), "green": (30, 200, 30), "blue": (40, 60, 235), "yellow": (235, 220, 30)}
 DIRECTIONS = {"left": (-1, 0), "right": (1, 0), "up": (0, -1), "down": (0, 1)}
 TASKS = ("colour", "motion", "count", "presence", "when", "where", "image_colour", "image_count")
+OPT_IN_TASKS = ("flash",)  # written only when asked for (`easyvideor1 synth --tasks`)
+FLASH_SECONDS, FLASH_FRAMES = 8, 2
+FLASH_WINDOW_RE = re.compile(r"between second (\d+) and")
+
+
+def flash_call(window: int) -> str:
+    """The `crop_video` call of a flash sample's window, as the model writes it (Qwen's format)."""
+    return f'<tool_call>\n{{"name": "crop_video", "arguments": {{"start": {window}, "end": {window + 1}}}}}\n</tool_call>'
 # The demo's suite (`easyvideor1 demo`): 256 training samples per task, so every combination a
 # task can show is seen in training (with 64, two of presence's 16 asked x shown colour pairs
 # were missing from training but not from validation); 24 held-out samples per task (with 12,
@@ -43,7 +56,7 @@ DEMO_TRAIN_MIX = ("colour", "motion", "count", "motion", "presence", "when", "mo
                   "image_colour", "image_count")
 # Chance accuracy of a uniform guess (grounding: expected IoU of a random guess is reported
 # by the evaluator from the data; these are the classification tasks' levels).
-CHANCE = {"colour": 0.25, "motion": 0.25, "count": 0.25, "presence": 0.5,
+CHANCE = {"colour": 0.25, "flash": 0.25, "motion": 0.25, "count": 0.25, "presence": 0.5,
           "image_colour": 0.25, "image_count": 0.25}
 
 
@@ -150,7 +163,17 @@ def _make_task(task: str, rng: np.random.Generator, cfg: SynthConfig):
         return px, (f"Where is the square at second {t}? Give its box [x1, y1, x2, y2] in pixels "
                     f"of the {cfg.size}x{cfg.size} frame."), json.dumps(box), "spatial grounding", \
             f"row {gy // cfg.cell} column {gx // cfg.cell}", None
-    raise ValueError(f"unknown synthetic task {task!r}; known: {', '.join(TASKS)}")
+    if task == "flash":
+        px = _canvas(cfg, cfg.fps * FLASH_SECONDS)
+        window = int(rng.integers(FLASH_SECONDS))
+        first = window * cfg.fps + int(rng.integers(cfg.fps - FLASH_FRAMES + 1))
+        c = int(rng.integers(4))
+        gx, gy = rng.integers(cells, size=2) * cfg.cell
+        _draw(px[first:first + FLASH_FRAMES], int(gx), int(gy), cfg.cell, COLOURS[colour_names[c]])
+        options = [f"{LETTERS[i]}. {name}" for i, name in enumerate(colour_names)]
+        return px, (f"A square flashes briefly between second {window} and second {window + 1}. "
+                    "What colour is it?"), LETTERS[c], "multiple choice", colour_names[c], options
+    raise ValueError(f"unknown synthetic task {task!r}; known: {', '.join(TASKS + OPT_IN_TASKS)}")
 
 
 def write_suite(out_dir: str | Path, num_train: int = 256, num_val: int = 64, seed: int = 0,
@@ -188,6 +211,9 @@ def write_suite(out_dir: str | Path, num_train: int = 256, num_val: int = 64, se
                 write_video(out / media, px, fps=cfg.fps, gop=1)
                 data_type = "video"
             rows.append(_record(pid, task, problem, answer, ptype, thought, data_type, media, options))
+            if task == "flash":  # the correct trajectory looks again at the stated window first
+                window = int(FLASH_WINDOW_RE.search(problem).group(1))
+                rows[-1]["offline_output"] = flash_call(window) + rows[-1]["offline_output"]
         paths[split] = out / f"{split}.jsonl"
         with open(paths[split], "w", encoding="utf-8") as f:
             for row in rows:

@@ -113,13 +113,16 @@ def _eval(args: argparse.Namespace) -> int:
                            data_parallel=args.data_parallel)
     overrides = Overrides(max_new_tokens=args.max_new_tokens, fps=args.fps, max_frames=args.max_frames,
                           video_max_pixels=args.video_max_pixels, image_max_pixels=args.image_max_pixels)
+    tools = tuple(t for t in (args.tools or "").split(",") if t)
+    if tools and options.data_parallel > 1:
+        raise UserError("--tools runs with --data-parallel 1")
     if options.data_parallel > 1:
         from easyvideor1.evaluation.parallel import run_data_parallel
 
         run_data_parallel(args.model, args.engine, args.preset, options, benchmarks, overrides)
     else:  # a SettingsMismatch (another run's settings in --out) is a UserError
         Evaluator(args.model, engine=args.engine, preset=args.preset, options=options,
-                  overrides=overrides).run(benchmarks)
+                  overrides=overrides, tools=tools).run(benchmarks)
     print(markdown(summarize_run(args.out)))
     return 0
 
@@ -161,6 +164,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--cache-mode", choices=("prefer_cache", "cache_only", "realtime"), default="prefer_cache",
                    help="read the cache and fall back to decoding, require it, or always decode")
     p.add_argument("--template-dir", default=None, help="prompt template overrides")
+    p.add_argument("--tools", default="", help="video tools the model may call, multi-turn (crop_video,zoom_frame; "
+                                               "--engine hf)")
     p.add_argument("--max-samples", type=int, default=0, help="per benchmark (0: all)")
     p.add_argument("--load-workers", type=int, default=4, help="loading threads")
     p.add_argument("--prefetch", type=int, default=16, help="prepared prompts waiting for the engine, at most")

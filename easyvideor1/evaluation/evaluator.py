@@ -46,6 +46,9 @@ from easyvideor1.rewards import JudgeConfig, RewardConfig, canonical_type, score
 from easyvideor1.rollout.hf_engine import HFEngine
 from easyvideor1.rollout.vllm_engine import AsyncVLLMEngine  # imports vllm only when one is built
 from easyvideor1.rollout.base import SamplingParams
+from easyvideor1.rollout.tools.multiturn import ToolEngine, ToolLimits
+from easyvideor1.rollout.tools.registry import get_tools
+from easyvideor1.rollout.tools.video_tools import ClipSource
 from easyvideor1.vision.cache import FrameSource
 from easyvideor1.vision.decode import probe_seconds
 
@@ -95,10 +98,11 @@ class Evaluator:
 
     def __init__(self, model_path: str, engine: str = "hf", preset: str = "qwen2_5_vl_greedy",
                  options: EvalOptions | None = None, sampling=None, vision=None,
-                 overrides: Overrides | None = None):
+                 overrides: Overrides | None = None, tools: tuple[str, ...] = ()):
         """`sampling` / `vision` replace the preset's decoding parameters / frame budget
         (e.g. the demo evaluates with its training budget); `overrides` then change single
-        values (the command line's `--max-new-tokens`, `--fps`, ...)."""
+        values (the command line's `--max-new-tokens`, `--fps`, ...). `tools`: video tools the
+        model may call, multi-turn (`rollout.tools.registry.TOOLS`; HF engine only)."""
         self.options = options or EvalOptions()
         o = self.options
         self.processor = load_processor(model_path)
@@ -115,9 +119,16 @@ class Evaluator:
                                                  concurrency=o.judge_concurrency, max_retries=o.judge_retries))
             self.score_fn = partial(score, cfg=cfg)
         self.settings = eval_settings(model_path, engine, preset, o, config, sampling, vision, overrides)
+        try:
+            self.tools = get_tools(list(tools))
+        except ValueError as e:
+            raise ConfigError(str(e).replace("rollout.tools", "--tools")) from None
+        if self.tools and engine != "hf":
+            raise ConfigError("--tools runs with --engine hf (the vLLM engine has no tool loop yet)")
+        self.settings = dataclasses.replace(self.settings, tools=",".join(self.tools))
         # each benchmark renders its own prompt text (`prepare`)
         self.prompts = PromptBuilder(FrameSource(self.settings.vision, o.cache_dir, o.cache_mode), self.processor,
-                                     self.family, self.spec)
+                                     self.family, self.spec, tools=[t.schema() for t in self.tools.values()] or None)
         self.params = sampling_from(self.settings)
         if engine == "vllm":
             sp = self.settings.sampling
@@ -131,6 +142,9 @@ class Evaluator:
             model = load_policy(model_path, dtype=o.dtype)
             model.eval()
             self.engine = HFEngine(model, self.processor, self.family, self.spec, max_batch_size=o.max_batch)
+            if self.tools:  # multi-turn: the tool loop around the engine, default limits
+                self.engine = ToolEngine(self.engine, self.processor, self.family, self.spec, self.tools,
+                                         ClipSource(self.settings.vision), ToolLimits())
             self.backend = HFBatchBackend(self.engine, o.max_batch)
 
     def prepare(self, bench, sample) -> Prompt:
@@ -170,10 +184,13 @@ class Evaluator:
         o = self.options
         judged = JudgeQueue(o.judge_concurrency) if self.score_fn is not None else None
 
-        def score_and_write(it: Item, text: str, prompt_tokens: int, output_tokens: int) -> None:
-            write(it.key, benches[it.key].result_row(it.sample, text, score_fn=self.score_fn,
-                                                     prompt_tokens=prompt_tokens, output_tokens=output_tokens,
-                                                     timing=it.timing))
+        def score_and_write(it: Item, text: str, prompt_tokens: int, output_tokens: int, rollout) -> None:
+            row = benches[it.key].result_row(it.sample, text, score_fn=self.score_fn, prompt_tokens=prompt_tokens,
+                                             output_tokens=output_tokens, timing=it.timing)
+            if rollout.turn_texts:  # a multi-turn response keeps every turn and call
+                row = dataclasses.replace(row, turns=list(rollout.turn_texts),
+                                          tool_calls=[dataclasses.asdict(c) for c in rollout.tool_calls])
+            write(it.key, row)
 
         def on_outcome(out: GenerationOutcome) -> None:
             it, bench = out.item, benches[out.item.key]
@@ -181,7 +198,7 @@ class Evaluator:
                 write(it.key, bench.failed_row(it.sample, out.error or "no output", it.timing))
                 it.prompt = None
                 return
-            args = (it, out.rollout.text, len(it.prompt.inputs.input_ids), len(out.rollout.token_ids))
+            args = (it, out.rollout.text, len(it.prompt.inputs.input_ids), len(out.rollout.token_ids), out.rollout)
             it.prompt = None  # free frames and pixel values as soon as the response is in
             if judged is not None and canonical_type(it.sample.problem_type) in JUDGED_TYPES:
                 judged.submit(score_and_write, *args)  # the judge waits on the network: not here

@@ -58,6 +58,8 @@ class RunSummary:
     """Benchmark -> display name."""
     estimands: dict[str, Estimand | None] = field(default_factory=dict)
     """Benchmark -> its headline score as an estimand (None: no interval), for paired tests."""
+    tool_calls: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Benchmark -> its tool calls (`eval --tools`): calls, calls_per_response, errors; absent without."""
 
 
 def summarize_run(results_dir: str | os.PathLike) -> RunSummary:
@@ -83,6 +85,10 @@ def summarize_run(results_dir: str | os.PathLike) -> RunSummary:
         run.aggregates[stem] = bench.aggregate(rows)
         run.estimands[stem] = add_intervals(bench, rows, run.aggregates[stem])
         run.titles[stem] = bench.title
+        if any(r.turns for r in rows):  # a multi-turn run (`eval --tools`)
+            calls = [c for r in rows for c in r.tool_calls]
+            run.tool_calls[stem] = {"calls": len(calls), "calls_per_response": len(calls) / len(rows),
+                                    "errors": sum(c.get("error") is not None for c in calls)}
     for add in CROSS_METRICS:
         add(run.aggregates)
     return run
@@ -111,6 +117,11 @@ def markdown(run: RunSummary) -> str:
                   [[run.titles[k], pct(a.overall), a.metric, str(a.count), str(a.failed), interval_text(a.ci),
                     str(a.ci.clusters) if a.ci and a.ci.clusters else "-"] for k, a in run.aggregates.items()])
     out += ["", METHOD_TEXT]
+    if run.tool_calls:
+        out += ["", "Tool calls (`eval --tools`):", ""]
+        out += _table(["Benchmark", "Calls", "Per response", "Errors"],
+                      [[run.titles[k], str(t["calls"]), f"{t['calls_per_response']:.2f}", str(t["errors"])]
+                       for k, t in run.tool_calls.items()])
     for key, agg in run.aggregates.items():
         out += ["", f"## {run.titles[key]}", "",
                 f"{agg.metric}: **{pct(agg.overall)}** (95% CI: {ci_text(agg.ci)}) over {agg.count} samples "
@@ -142,7 +153,9 @@ def to_json(run: RunSummary) -> dict[str, Any]:
     return {"model": run.model, "results_dir": run.results_dir, "settings_hash": run.settings_hash,
             "intervals": {"method": METHOD, "level": LEVEL, "resamples": RESAMPLES, "seed": SEED,
                           "min_clusters": MIN_CLUSTERS},
-            "benchmarks": {k: {"title": run.titles[k], **a.to_dict()} for k, a in run.aggregates.items()}}
+            "benchmarks": {k: {"title": run.titles[k], **a.to_dict(),
+                               **({"tool_calls": run.tool_calls[k]} if k in run.tool_calls else {})}
+                           for k, a in run.aggregates.items()}}
 
 
 def bar_chart(run: RunSummary, path: str | os.PathLike) -> None:

@@ -72,6 +72,10 @@ class ResultRow:
     """Seconds per stage (e.g. load_s, generate_s, score_s)."""
     reason: str | None = None
     """Why the sample failed (None when ok)."""
+    turns: list[str] = field(default_factory=list)
+    """Multi-turn responses (`eval --tools`): the model's turns in order (`response` is the last)."""
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    """Multi-turn responses: each tool call (name, arguments, error, visual_tokens)."""
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:

@@ -88,6 +88,8 @@ class EvalSettings:
     judge: str = ""
     """LLM judge scoring open-ended answers (model name and endpoint, as the run gives them);
     empty: the ROUGE fallback of the open-ended scorer."""
+    tools: str = ""
+    """Video tools the model may call (`eval --tools`, comma-separated; empty: single-turn, unhashed)."""
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:
@@ -102,6 +104,8 @@ class EvalSettings:
                                "prompt_digest": self.prompt_digest, "judge": self.judge}
         out.update({f"vision.{k}": v for k, v in self.vision.key_params().items()})
         out.update({f"sampling.{k}": v for k, v in dataclasses.asdict(self.sampling).items()})
+        if self.tools:  # only then: runs without tools keep the hashes they had
+            out["tools"] = self.tools
         return json.loads(json.dumps(out))  # tuples -> lists, floats as JSON writes them
 
     @property

@@ -103,7 +103,7 @@ def _cat(tensors: list[torch.Tensor | None]) -> torch.Tensor | None:
 def _rows(it: ModelInputs) -> dict[str, torch.Tensor]:
     n = len(it.input_ids)
     loss = torch.zeros(n, dtype=torch.bool)
-    loss[it.prompt_len :] = True
+    loss[it.prompt_len :] = True if it.response_mask is None else it.response_mask
     return dict(
         input_ids=it.input_ids,
         mrope=it.position_ids,

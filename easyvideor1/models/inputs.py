@@ -58,6 +58,8 @@ class ModelInputs:
     """[N_vid, 3] long: patch grid of each video."""
     second_per_grid_ts: torch.Tensor | None = None
     """[N_vid] float: seconds per temporal patch (Qwen2.5-VL only)."""
+    response_mask: torch.Tensor | None = None
+    """[L - prompt_len] bool: the response tokens that are scored (None: all; tool turns are not)."""
 
     @property
     def response_len(self) -> int:
@@ -164,12 +166,14 @@ def build_inputs(
     family: Family,
     spec: MRopeSpec,
     max_prompt_tokens: int | None = None,
+    tools: list[dict] | None = None,
 ) -> ModelInputs:
     """Model inputs of `sample` from its frames (videos: metadata set; images: T=1, no metadata).
 
     `frames` lists the sample's videos and images in the order of `sample.videos` and
     `sample.images` (videos and images may be interleaved; only the order within each
     modality matters). `user_text` is the rendered prompt (`data.templates.render_prompt`).
+    `tools`: function schemas the chat template lists (multi-turn tool rollouts), or None.
     """
     sid = sample.problem_id
     _check_frames(sid, frames, family)
@@ -181,7 +185,7 @@ def build_inputs(
             f"lists {len(sample.videos)} videos and {len(sample.images)} images"
         )
     messages = chat_messages(sid, user_text, len(videos), len(images))
-    prompt_text = processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    prompt_text = processor.apply_chat_template(messages, tools=tools, tokenize=False, add_generation_prompt=True)
     _check_prompt_placeholders(sid, prompt_text, processor, len(videos), len(images))
 
     kwargs: dict = {}

@@ -8,7 +8,13 @@ group-shared rows (`models.shared_prefix`) `Batch.predict_from` says which posit
 each token.
 
 Under FSDP2, shard `model.model` and `model.lm_head` as their own units: we call them
-directly rather than the root module's forward (which would make full [B, L, V] logits).
+directly rather than the root module's forward (which would make full [B, L, V] logits). The
+chunk loop runs as ONE forward of the head unit (`head_pass`, registered by `training.fsdp.shard`
+with FSDP2's `register_fsdp_forward_method`), and each chunk calls the head's `forward` without
+FSDP's hooks: the head is all-gathered once per pass (and once more in backward, for the
+checkpointed chunks' recompute) and its gradient reduce-scattered once, whatever the number of
+chunks. Called per chunk, each chunk would gather the whole head again (1.1 GB in bf16 for a
+152k x 3584 head) in forward, again in recompute, and reduce-scatter its gradient.
 
 With a `reference` model (`kl_estimator: full`) the same pass also returns the exact
 KL(pi || pi_ref) over the vocabulary at each response token: the reference backbone runs
@@ -29,6 +35,7 @@ from torch.utils.checkpoint import checkpoint
 from easyvideor1 import distributed
 from easyvideor1.algorithms.kl import full as vocabulary_kl
 from easyvideor1.models.collate import Batch
+from easyvideor1.models.lora import viewed_module
 from easyvideor1.models.packing import PACKED_ATTENTION, language_attention
 from easyvideor1.models.ulysses import ULYSSES_ATTENTION, SequenceParallel, sharded_hidden
 
@@ -50,8 +57,30 @@ class TokenLogProbs:
 BANNED_LOGIT = -1e30  # a banned token's logit: probability 0, yet p * log p = 0 (no NaN in entropy or KL)
 
 
+HEAD_PASS = "head_pass"  # the head unit's method FSDP2 runs as one forward (`training.fsdp.shard` registers it)
+
+
+def run_head_pass(self, fn, *tensors):
+    """`fn(*tensors)`: the body of `HEAD_PASS`, bound to a head unit by `training.fsdp.shard`.
+    FSDP2 runs its pre-forward hook on `tensors` (all-gather, input cast, post-backward hook)
+    before, and its post-forward hook on the result after."""
+    return fn(*tensors)
+
+
+def head_unit(head):
+    """The module that holds `head`'s parameters (the policy's own head for a LoRA reference view)."""
+    return viewed_module(head)
+
+
+def head_pass(head, fn, *tensors):
+    """`fn(*tensors)` as one forward of `head`'s FSDP unit (module docstring); inside, call the head's
+    `forward` (no hooks). An unsharded head has no `HEAD_PASS`: then just `fn(*tensors)`."""
+    method = getattr(head_unit(head), HEAD_PASS, None)
+    return fn(*tensors) if method is None else method(fn, *tensors)
+
+
 def _log_softmax(hidden, lm_head, temperature: float, banned: tuple[int, ...] = ()) -> torch.Tensor:
-    logits = lm_head(hidden).float()  # [n, V]
+    logits = lm_head(hidden).float()  # [n, V]; lm_head: the head's hook-free forward (`head_pass`)
     if temperature != 1.0:
         logits = logits / temperature
     if banned:  # the tokens the engines never sample (`rollout.base.VISION_PAD_TOKENS`)
@@ -77,7 +106,8 @@ def _chunked(hidden, lm_head, targets, chunk_size, temperature, with_entropy, re
 
     `num_chunks` > the chunks `hidden` needs: the head runs that many times all the same, on the
     one-row `filler`, and `anchor` (0, with a graph when gradients are on) ties those runs into the
-    loss. Under FSDP every head call is a collective, so every rank must make the same number.
+    loss: a pass without rows still gives the head a (zero) gradient, so that under FSDP every rank
+    takes part in its reduce-scatter.
     """
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
@@ -142,6 +172,24 @@ def token_logprobs_and_kl(
     return logp, (ent if with_entropy else None), kl
 
 
+def _scored_in_one_head_pass(head, ref_head, rows, filler, ref_rows, targets, chunk_size, temperature, with_entropy,
+                             banned):
+    """`_chunked` over `rows` inside one `head_pass` of the policy's head and, for a reference with
+    a head unit of its own, one of the reference's (outside the policy's: the policy's input cast and
+    post-backward hook apply to `rows` and `filler` only). At least one chunk: a rank without rows
+    still runs the head once on `filler`, so its gradient exists (zeros) for the reduce-scatter."""
+    def body(rows, filler):
+        return _chunked(rows, head.forward, targets, chunk_size, temperature, with_entropy, ref_rows,
+                        None if ref_head is None else ref_head.forward, num_chunks=1, filler=filler, banned=banned)
+
+    def policy_pass():
+        return head_pass(head, body, rows, filler)
+
+    if ref_head is None or head_unit(ref_head) is head_unit(head):
+        return policy_pass()
+    return head_pass(ref_head, policy_pass)
+
+
 def sequence_logprobs(
     model,
     batch: Batch,
@@ -185,10 +233,6 @@ def sequence_logprobs(
         here = (src >= offset) & (src < offset + hidden.shape[1])
         b_idx, t_idx, targets, src = b_idx[here], t_idx[here], targets[here], src[here] - offset
     rows = hidden[b_idx, src]  # [n, H]: the position that predicts each response token
-    # Under FSDP each head call is a collective: every rank makes as many as the busiest one, and at
-    # least one, so a micro-batch without response tokens (padding groups) still has a graph through
-    # the backbone and the head, with zero gradients, and runs the backward's collectives too.
-    num_chunks = max(distributed.max_int(-(-len(targets) // chunk_size)), 1)
     ref_rows = ref_head = None
     if reference is not None:
         with torch.no_grad():
@@ -196,8 +240,8 @@ def sequence_logprobs(
                           else sharded_hidden(reference, batch, sp)[0])
             ref_rows, ref_head = ref_hidden[b_idx, src], reference.lm_head  # [n, H]
             del ref_hidden
-    logp, ent, kl, anchor = _chunked(rows, model.lm_head, targets, chunk_size, temperature, with_entropy,
-                                     ref_rows, ref_head, num_chunks=num_chunks, filler=hidden[0, -1:], banned=banned)
+    logp, ent, kl, anchor = _scored_in_one_head_pass(model.lm_head, ref_head, rows, hidden[0, -1:], ref_rows, targets,
+                                                     chunk_size, temperature, with_entropy, banned)
     if sp is not None:  # each token's values from the rank that scored it, summed over the group
         here_idx = here.nonzero(as_tuple=True)[0]
         parts = torch.zeros(3, every_n, dtype=torch.float32, device=hidden.device)

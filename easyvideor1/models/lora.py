@@ -139,6 +139,16 @@ class _WithoutAdapters:
         with adapters_disabled(self.root):
             return self.module(*args, **kwargs)
 
+    def forward(self, *args, **kwargs):
+        """`module.forward` (no module hooks: inside a `models.logprobs.head_pass`) with the adapters off."""
+        with adapters_disabled(self.root):
+            return self.module.forward(*args, **kwargs)
+
+
+def viewed_module(part):
+    """The module a `ReferenceView` part calls (the policy's own), or `part` itself."""
+    return part.module if isinstance(part, _WithoutAdapters) else part
+
 
 class ReferenceView:
     """The LoRA policy with its adapters off: the reference model of the KL terms, sharing the
@@ -159,26 +169,34 @@ class ReferenceView:
         return self.policy.parameters()
 
 
-def _full(tensor: torch.Tensor) -> torch.Tensor:
-    return (tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor).detach()
+def _full(tensor: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """`tensor` whole (an FSDP2 DTensor gathered: a collective); a floating one cast to `dtype`
+    first, so that the gather moves `dtype`'s bytes (a bf16 gather: half a float32 one)."""
+    tensor = tensor.detach()
+    if dtype is not None and tensor.is_floating_point():
+        tensor = tensor.to(dtype)  # a DTensor casts its local shard
+    return tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
 
 
-def merged_state_items(model) -> Iterator[tuple[str, torch.Tensor]]:
+def merged_state_items(model, dtype: torch.dtype | None = None) -> Iterator[tuple[str, torch.Tensor]]:
     """(HF name, tensor) of `model`'s weights as the engines and `from_pretrained` name them,
-    FSDP2 DTensors gathered (a collective: every rank must run through all of it).
+    FSDP2 DTensors gathered (a collective: every rank must run through all of it), floating
+    tensors in `dtype` (None: as stored), cast before the gather.
 
     With adapters, each adapted Linear's weight is `W + scale * B @ A`, computed in float32
-    and cast to W's dtype; `modules_to_save` give their trained copy under the original name.
+    and cast to `dtype` (None: W's); A and B are gathered as stored (they are small);
+    `modules_to_save` give their trained copy under the original name.
     Without adapters: the state dict as it is.
     """
     adapted = has_adapters(model)
     pending: dict[str, dict[str, torch.Tensor]] = {}  # adapted Linear -> its W, A, B so far
     for name, tensor in model.state_dict().items():
-        tensor = _full(tensor)
+        is_adapter = adapted and (f".lora_A.{ADAPTER}." in name or f".lora_B.{ADAPTER}." in name)
+        if adapted and ".original_module." in name:
+            continue
+        tensor = _full(tensor, None if is_adapter else dtype)
         if not adapted:
             yield name, tensor
-            continue
-        if ".original_module." in name:
             continue
         if f".modules_to_save.{ADAPTER}." in name:
             yield name.replace(f".modules_to_save.{ADAPTER}.", "."), tensor
@@ -193,7 +211,8 @@ def merged_state_items(model) -> Iterator[tuple[str, torch.Tensor]]:
                     del pending[prefix]
                     scale = model.get_submodule(prefix).scaling[ADAPTER]
                     w = parts["W"]
-                    yield f"{prefix}.weight", (w.float() + scale * (parts["B"].float() @ parts["A"].float())).to(w.dtype)
+                    merged = w.float() + scale * (parts["B"].float() @ parts["A"].float())
+                    yield f"{prefix}.weight", merged.to(dtype or w.dtype)
                 break
         else:
             yield name.replace(".base_layer.", "."), tensor

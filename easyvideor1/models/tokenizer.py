@@ -110,17 +110,41 @@ def build_tokenizer(chat_template: str, vocab_size: int = 1000):
     return tok
 
 
+# Qwen2.5's tool format: with `tools=`, the system turn lists them and asks for
+# `<tool_call>{json}</tool_call>`; an assistant turn's `tool_calls` are written that way; `tool`
+# messages become one user turn of `<tool_response>` blocks (media inside them rendered as in any
+# turn). Without tools and tool messages the output is the plain Qwen-VL template's.
 _CHAT_TEMPLATE = (
+    "{% macro render(content) %}{% if content is string %}{{ content }}"
+    "{% else %}{% for item in content %}"
+    "{% if item['type'] == 'image' or 'image' in item %}<|vision_start|><|image_pad|><|vision_end|>"
+    "{% elif item['type'] == 'video' or 'video' in item %}<|vision_start|><|video_pad|><|vision_end|>"
+    "{% elif 'text' in item %}{{ item['text'] }}{% endif %}"
+    "{% endfor %}{% endif %}{% endmacro %}"
+    "{% if tools %}<|im_start|>system\n"
+    "{% if messages[0]['role'] == 'system' %}{{ render(messages[0]['content']) }}{% else %}{{ default_system }}{% endif %}"
+    "{{ '\\n\\n' }}# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>"
+    "{% for tool in tools %}{{ '\\n' }}{{ tool | tojson }}{% endfor %}{{ '\\n' }}</tools>\n\n"
+    "For each function call, return a json object with function name and arguments within "
+    "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
+    "<args-json-object>}\n</tool_call><|im_end|>\n{% endif %}"
     "{% for message in messages %}"
-    "{% if loop.first and message['role'] != 'system' and default_system %}"
+    "{% if tools and loop.first and message['role'] == 'system' %}"
+    "{% elif message['role'] == 'tool' %}"
+    "{% if loop.first or messages[loop.index0 - 1]['role'] != 'tool' %}<|im_start|>user{% endif %}"
+    "{{ '\\n' }}<tool_response>\n{{ render(message['content']) }}\n</tool_response>"
+    "{% if loop.last or messages[loop.index0 + 1]['role'] != 'tool' %}<|im_end|>\n{% endif %}"
+    "{% else %}"
+    "{% if loop.first and message['role'] != 'system' and default_system and not tools %}"
     "<|im_start|>system\n{{ default_system }}<|im_end|>\n{% endif %}"
-    "<|im_start|>{{ message['role'] }}\n"
-    "{% if message['content'] is string %}{{ message['content'] }}"
-    "{% else %}{% for content in message['content'] %}"
-    "{% if content['type'] == 'image' or 'image' in content %}<|vision_start|><|image_pad|><|vision_end|>"
-    "{% elif content['type'] == 'video' or 'video' in content %}<|vision_start|><|video_pad|><|vision_end|>"
-    "{% elif 'text' in content %}{{ content['text'] }}{% endif %}"
-    "{% endfor %}{% endif %}<|im_end|>\n"
+    "<|im_start|>{{ message['role'] }}\n{{ render(message['content']) }}"
+    "{% for call in message.get('tool_calls') or [] %}"
+    "{% set call = call['function'] if 'function' in call else call %}"
+    "{% if message['content'] or not loop.first %}{{ '\\n' }}{% endif %}"
+    "<tool_call>\n{\"name\": \"{{ call['name'] }}\", \"arguments\": {{ call['arguments'] | tojson }}}\n</tool_call>"
+    "{% endfor %}<|im_end|>\n"
+    "{% endif %}"
     "{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )

@@ -24,6 +24,13 @@ everything else works without vllm installed.
   the folder is a complete model directory (config, tokenizer and processor files copied once
   from the original) that lives as long as the engine. Then prefix, encoder and multimodal
   caches are reset, or vLLM dies with `Encoder cache miss` / reuses stale KV blocks.
+  The trainer keeps every sync in memory: under torchrun `external_launcher` runs the worker in
+  each rank's process, and in one process `in_process_engine=True` runs vLLM V1's engine core
+  (and so its one worker) in this process (`VLLM_ENABLE_V1_MULTIPROCESSING=0` while the engine
+  is built; vLLM sets the same for `external_launcher`), where a multiprocess engine would make
+  every sync write and re-read the whole state (33 GB in float32 for 8B). Weights are gathered in
+  the engine's dtype (`merged_state_items(dtype=...)`: each float32 master shard cast before
+  its all-gather), so a bf16 engine costs a bf16 gather, half the traffic of a float32 one.
 - `sleep()`/`wake_up()` use vLLM's sleep mode where the platform has it (CUDA); on CPU they
   are no-ops. Level 1 only (weights offloaded to host memory, KV cache dropped): level 2 drops
   the weights and leaves buffers and non-synced tensors garbage after waking (vllm#29341,
@@ -63,6 +70,7 @@ import os
 import shutil
 import tempfile
 import weakref
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -83,10 +91,10 @@ from easyvideor1.rollout.base import (
 from easyvideor1.rollout.vllm_inputs import check_media_limits, request_for, ties_embeddings, untied_view
 
 
-def _state_items(model: torch.nn.Module):
-    """(HF name, tensor) of the model's weights, LoRA adapters merged in (`models.lora`); FSDP2
-    DTensors gathered (a collective: every rank must iterate)."""
-    yield from merged_state_items(model)
+def _state_items(model: torch.nn.Module, dtype: torch.dtype):
+    """(HF name, tensor) of the model's weights in `dtype`, LoRA adapters merged in (`models.lora`);
+    FSDP2 DTensors gathered in `dtype` (a collective: every rank must iterate)."""
+    yield from merged_state_items(model, dtype)
 
 
 class VLLMEngine:
@@ -106,6 +114,7 @@ class VLLMEngine:
         external_launcher: bool = False,
         untie_embeddings: bool = False,
         weights_sync_dir: str | os.PathLike | None = None,
+        in_process_engine: bool = False,
         **llm_kwargs,
     ):
         """Start vLLM on `model_path`.
@@ -117,7 +126,8 @@ class VLLMEngine:
         docstring). `untie_embeddings`: the policy synced in has its own LM head although the
         checkpoint ties it (module docstring). `weights_sync_dir` is where
         weights are written for multi-process syncs (None: a fresh temp dir; /dev/shm is
-        faster on GPU nodes). Extra keyword arguments go to `vllm.LLM`.
+        faster on GPU nodes). `in_process_engine`: run vLLM's engine core in this process, so
+        that weight syncs stay in memory (module docstring). Extra keyword arguments go to `vllm.LLM`.
         """
         try:
             import vllm
@@ -142,27 +152,31 @@ class VLLMEngine:
         self.limits = dict(limit_mm_per_prompt or {"video": 1, "image": 2})
         if external_launcher:
             llm_kwargs["distributed_executor_backend"] = "external_launcher"
-        self.llm = vllm.LLM(
-            model=str(self.model_path),
-            dtype=dtype,
-            tensor_parallel_size=tensor_parallel_size,
-            max_model_len=max_model_len,
-            gpu_memory_utilization=gpu_memory_utilization,
-            limit_mm_per_prompt=self.limits,
-            enable_sleep_mode=self.sleep_mode,
-            seed=seed,
-            enforce_eager=enforce_eager,
-            logprobs_mode="processed_logprobs",
-            **llm_kwargs,
-        )
+        with _engine_core_in_process(in_process_engine):
+            self.llm = vllm.LLM(
+                model=str(self.model_path),
+                dtype=dtype,
+                tensor_parallel_size=tensor_parallel_size,
+                max_model_len=max_model_len,
+                gpu_memory_utilization=gpu_memory_utilization,
+                limit_mm_per_prompt=self.limits,
+                enable_sleep_mode=self.sleep_mode,
+                seed=seed,
+                enforce_eager=enforce_eager,
+                logprobs_mode="processed_logprobs",
+                **llm_kwargs,
+            )
+        self.weight_dtype: torch.dtype = self.llm.llm_engine.model_config.dtype  # what syncs gather in
         self.tokenizer = self.llm.get_tokenizer()
         self.banned = banned_token_ids(self.tokenizer)
         vocab = self.tokenizer.get_vocab()
         self._bad_words = [t for t in VISION_PAD_TOKENS if t in vocab]  # each one token: banned ids
-        from vllm import envs
+        from vllm.v1.engine.core_client import InprocClient
 
-        # external_launcher runs the worker in this process whatever the TP size.
-        self.in_process = external_launcher or (tensor_parallel_size == 1 and not envs.VLLM_ENABLE_V1_MULTIPROCESSING)
+        # external_launcher runs the worker in this process whatever the TP size; else an in-process
+        # engine core runs its one worker (TP 1) here.
+        core_here = isinstance(self.llm.llm_engine.engine_core, InprocClient)
+        self.in_process = external_launcher or (tensor_parallel_size == 1 and core_here)
         self.tp_group = None  # gloo group of the ranks sharing this engine's requests
         if external_launcher and tensor_parallel_size > 1:
             from vllm.distributed.parallel_state import get_tp_group
@@ -235,7 +249,7 @@ class VLLMEngine:
         the weights first; the KV cache stays released until the next `generate`."""
         self._wake(("weights",))
         if self.in_process:
-            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": _state_items(model)})
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": self.sync_items(model)})
         else:
             folder = self._write_weights(model)
             self.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(folder)})
@@ -301,6 +315,11 @@ class VLLMEngine:
             scores.append([out.prompt_logprobs[k][full[k]].logprob for k in range(start, len(full))])
         return scores
 
+    def sync_items(self, model: torch.nn.Module):
+        """What `update_weights` hands vLLM: (HF name, tensor) of `model`'s weights in the engine's
+        dtype, gathered in it (a collective under FSDP2: every rank must iterate)."""
+        return _state_items(model, self.weight_dtype)
+
     # -- helpers --------------------------------------------------------------------------
 
     def _write_weights(self, model: torch.nn.Module) -> Path:
@@ -314,7 +333,7 @@ class VLLMEngine:
                 if f.is_file() and not f.name.endswith((".safetensors", ".safetensors.index.json", ".bin")):
                     shutil.copy2(f, self._sync_dir / f.name)
         seen, tensors = set(), {}
-        for name, t in _state_items(model):
+        for name, t in self.sync_items(model):
             t = t.contiguous().cpu()
             key = (t.untyped_storage().data_ptr(), t.storage_offset())
             tensors[name] = t.clone() if key in seen else t  # safetensors refuses shared storage
@@ -332,6 +351,22 @@ class VLLMEngine:
 
     def _sampling_params(self, params: SamplingParams, n: int, seed: int | None):
         return vllm_sampling_params(self._vllm, params, n, seed, self._bad_words)
+
+
+@contextmanager
+def _engine_core_in_process(wanted: bool):
+    """`VLLM_ENABLE_V1_MULTIPROCESSING=0` inside the block when `wanted` (vLLM reads it while the
+    engine is built; `vllm.LLM` has no argument for it), then as it was."""
+    key, before = "VLLM_ENABLE_V1_MULTIPROCESSING", os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING")
+    if wanted:
+        os.environ[key] = "0"
+    try:
+        yield
+    finally:
+        if wanted and before is None:
+            os.environ.pop(key, None)
+        elif wanted:
+            os.environ[key] = before
 
 
 @dataclass

@@ -1,16 +1,20 @@
-"""Checkpoints: save atomically, keep the newest K, resume exactly.
+"""Checkpoints: save atomically, keep the newest K, resume exactly, on any number of processes.
 
-A checkpoint is a folder `step-000010/` holding the model weights (`model.safetensors`; under
-LoRA the trainable adapter parameters only), the optimizer state (`optimizer.json` +
-`optimizer.safetensors`) and, in `state.json` + `state.safetensors`, the LR schedule, every RNG
-state of every rank, the trainer's own state (data-loader position, KL coefficient) and the
-step. No file is a pickle (`state_files`): a checkpoint from someone else can hold only data.
-A folder with an older version's `state.pt` (a pickle) is refused, never unpickled.
-It is written as `step-000010.tmp-<pid>/` and renamed when complete, so a run killed at any
-moment leaves either a whole checkpoint or none; leftovers of killed writes are removed.
+A checkpoint is a folder `step-000010/` holding per rank the slices of the model weights and
+of the optimizer state that rank holds (`shards`: `model.rank00000.safetensors` + `.json`, the
+same for `optimizer`; under LoRA the trainable adapter parameters only), the optimizer's
+other state (`optimizer.json`: its parameter groups), and in `state.json` + `state.safetensors`
+the LR schedule, every RNG state of every rank, the trainer's own state (data-loader position,
+KL coefficient) and the step. No file is a pickle: a checkpoint from someone else can hold
+only data. A folder with an older version's `state.pt` (a pickle) is refused, never unpickled.
 
-Under FSDP2 the full (unsharded) states are gathered with torch.distributed.checkpoint's
-state-dict helpers and written by rank 0; every rank loads them back the same way.
+No rank gathers the model or the optimizer: each writes its own shard, then the ranks wait
+for each other on a CPU group whose timeout is `checkpoint.timeout_minutes` (a slow write does
+not trip the NCCL watchdog), and every rank learns whether all writes succeeded. All ranks
+write into `step-000010.tmp-<pid of rank 0>/` (a filesystem every rank sees), renamed by rank 0
+once every shard is complete, so a run killed at any moment leaves either a whole checkpoint
+or none; leftovers of killed writes are removed. Resuming, each rank reads only the rows it
+holds in this run (resharded by global offsets, so 2 processes resume 1 and back).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
     get_model_state_dict,
@@ -35,8 +39,10 @@ from torch.distributed.checkpoint.state_dict import (
 )
 
 from easyvideor1 import distributed, testhooks
+from easyvideor1.config import CheckpointConfig
 from easyvideor1.errors import out_of_space
-from easyvideor1.models.lora import has_adapters, trainable_names, trainable_state
+from easyvideor1.models.lora import has_adapters, trainable_names
+from easyvideor1.training.shards import Shards, shard_files, write_shard
 from easyvideor1.training.state_files import StateFileError, read_state, write_state
 
 _NAME = re.compile(r"^step-(\d{6,})$")
@@ -73,46 +79,64 @@ def list_checkpoints(root: str | os.PathLike) -> list[Path]:
     return sorted(found, key=lambda p: int(_NAME.match(p.name).group(1)))
 
 
+def _sharded() -> StateDictOptions:
+    return StateDictOptions(full_state_dict=False)  # DTensors as they are: this rank's shards, no gathering
+
+
+def _model_tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The model part of a checkpoint (this rank's shards): every weight, or under LoRA the
+    trainable parameters only (the frozen base is the model at `model.path`)."""
+    state = get_model_state_dict(model, options=_sharded())
+    if has_adapters(model):
+        keep = set(trainable_names(model))
+        state = {k: v for k, v in state.items() if k in keep}
+    return state
+
+
+def _split_optimizer(tree: dict[str, Any]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """(the tensors of the optimizer state, keyed `param/name`; the rest: groups and any non-tensor state)."""
+    tensors = {f"{p}/{k}": v for p, st in tree["state"].items() for k, v in st.items() if isinstance(v, torch.Tensor)}
+    rest = {"state": {p: {k: v for k, v in st.items() if not isinstance(v, torch.Tensor)}
+                      for p, st in tree["state"].items()}, "param_groups": tree["param_groups"]}
+    return tensors, rest
+
+
 def save_checkpoint(root: str | os.PathLike, step: int, model: torch.nn.Module,
                     optimizer: torch.optim.Optimizer, scheduler: Any, trainer_state: dict[str, Any],
-                    keep: int = 2) -> Path | None:
-    """Write checkpoint `step` under `root` (rank 0 writes; all ranks must call)."""
-    opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
-    # LoRA: the adapters only (the frozen base is the model at `model.path`)
-    model_sd = trainable_state(model) if has_adapters(model) else get_model_state_dict(model, options=opts)
-    optim_sd = get_optimizer_state_dict(model, optimizer, options=opts)
-    rngs = distributed.all_gather_objects(rng_state())  # every rank's, in rank order
+                    keep: int = 2, timeout_minutes: float = CheckpointConfig.timeout_minutes) -> Path | None:
+    """Write checkpoint `step` under `root`: every rank writes its shards (all ranks call);
+    `timeout_minutes` bounds the wait for the slowest rank's write. Returns the folder on rank 0."""
+    model_sd = _model_tensors(model)
+    optim_tensors, optim_rest = _split_optimizer(get_optimizer_state_dict(model, optimizer, options=_sharded()))
+    gathered = distributed.all_gather_objects((rng_state(), os.getpid()))  # every rank's, in rank order
     final = Path(root) / f"step-{step:06d}"
+    tmp = Path(root) / f"{final.name}.tmp-{gathered[0][1]}"  # one folder for all ranks: rank 0's pid
     failure: Exception | None = None
-    if distributed.rank() == 0:
-        tmp = Path(root) / f"{final.name}.tmp-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        try:
-            tmp.mkdir(parents=True)
-            _write_model(tmp, model_sd)
-            testhooks.hit("checkpoint.write")
-            write_state(tmp, "optimizer", optim_sd)
+    try:
+        tmp.mkdir(parents=True, exist_ok=True)
+        write_shard(tmp, "model", model_sd)
+        testhooks.hit("checkpoint.write")
+        write_shard(tmp, "optimizer", optim_tensors)
+        if distributed.rank() == 0:
+            write_state(tmp, "optimizer", optim_rest)
             write_state(tmp, "state", {"scheduler": scheduler.state_dict() if scheduler else None,
-                                       "rng": rngs, "trainer": trainer_state, "step": step})
-            (tmp / "meta.json").write_text(json.dumps({"step": step}))
-        except Exception as e:  # noqa: BLE001 - every rank must learn of it (below), not hang in the barrier
+                                       "rng": [r for r, _ in gathered], "trainer": trainer_state, "step": step})
+            (tmp / "meta.json").write_text(json.dumps({"step": step, "world": distributed.world_size()}))
+    except Exception as e:  # noqa: BLE001 - every rank must learn of it (below), not hang in the barrier
+        failure = out_of_space(e, tmp, "resume (checkpoint.resume=auto): the previous checkpoints are kept") or e
+    wait = distributed.waiting_group(timeout_minutes)  # the slowest write is waited for here, not under NCCL
+    if distributed.any_true(failure is not None, group=wait):  # one decision: every rank stops alike
+        if distributed.rank() == 0:
             shutil.rmtree(tmp, ignore_errors=True)  # no half checkpoint is left behind
-            failure = out_of_space(e, tmp, "resume (checkpoint.resume=auto): the previous checkpoints are kept") or e
-        else:
-            shutil.rmtree(final, ignore_errors=True)
-            os.replace(tmp, final)
-            for old in list_checkpoints(root)[:-keep] if keep > 0 else []:
-                shutil.rmtree(old, ignore_errors=True)
-    if distributed.any_true(failure is not None):  # one decision: every rank stops alike
-        raise failure if failure is not None else RuntimeError(f"rank 0 failed to write checkpoint {final}")
-    distributed.barrier()
+        raise failure if failure is not None else RuntimeError(f"another rank failed to write checkpoint {final} "
+                                                               "(its log says why)")
+    if distributed.rank() == 0:  # every shard is complete: the rename makes the checkpoint visible
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(tmp, final)
+        for old in list_checkpoints(root)[:-keep] if keep > 0 else []:
+            shutil.rmtree(old, ignore_errors=True)
+    distributed.barrier(wait)
     return final if distributed.rank() == 0 else None
-
-
-def _write_model(folder: Path, model_sd: dict[str, torch.Tensor]) -> None:
-    """The model part of a checkpoint: `model_sd` is the full weights, or under LoRA the trainable parameters."""
-    save_file({k: v.detach().clone().contiguous() for k, v in model_sd.items()},  # tied weights share memory
-              folder / "model.safetensors")
 
 
 def _refuse_pickle(path: Path) -> None:
@@ -147,34 +171,59 @@ def resolve_resume(root: str | os.PathLike, resume: str) -> Path | None:
     return path
 
 
+def _refuse_single_file(path: Path) -> None:
+    if not shard_files(path, "model") and (path / "model.safetensors").exists():
+        raise StateFileError(
+            f"checkpoint {path} is in the single-file layout of an easyvideor1 before sharded checkpoints "
+            "(model.safetensors) and cannot be resumed; export its weights (`easyvideor1 export CONFIG "
+            f"--checkpoint {path} --merge --out DIR`) and train from them (model.path=DIR), or resume with "
+            "checkpoint.resume=never")
+
+
 def load_checkpoint(path: str | os.PathLike, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                     scheduler: Any) -> dict[str, Any]:
-    """Restore model, optimizer, scheduler and RNG states; return the trainer state."""
+    """Restore model, optimizer, scheduler and RNG states (each rank reads the slices it holds,
+    whatever the number of processes that wrote them); return the trainer state."""
     path = Path(path)
     _refuse_pickle(path)
+    _refuse_single_file(path)
     state = read_state(path, "state")
-    optim_sd = read_state(path, "optimizer")
-    opts = StateDictOptions(full_state_dict=True, broadcast_from_rank0=False)
-    weights = _read_model(path)
-    if has_adapters(model):  # the adapters only, which must be this run's (rank, targets)
-        expected = set(trainable_names(model))
-        if set(weights) != expected:
-            raise StateFileError(f"checkpoint {path} holds {len(weights)} tensors but this run trains {len(expected)} "
-                                 f"(e.g. {sorted(set(weights) ^ expected)[:2]}): resume with the model.lora settings "
-                                 "it was written with, or checkpoint.resume=never")
-        set_model_state_dict(model, weights, options=StateDictOptions(full_state_dict=True, strict=False))
-    else:
-        set_model_state_dict(model, weights, options=opts)
-    set_optimizer_state_dict(model, optimizer, optim_sd, options=opts)
+    optim_rest = read_state(path, "optimizer")
+    weights = _model_tensors(model)
+    shards = Shards(path, "model")
+    if set(shards.shapes) != set(weights):  # under LoRA the adapters must be this run's (rank, targets)
+        raise StateFileError(f"checkpoint {path} holds {len(shards.shapes)} weights but this run has "
+                             f"{len(weights)} (e.g. {sorted(set(shards.shapes) ^ set(weights))[:2]}): resume "
+                             "with the model and model.lora settings it was written with, or "
+                             "checkpoint.resume=never")
+    for key, tensor in weights.items():
+        shards.fill(key, tensor)
+    set_model_state_dict(model, weights, options=StateDictOptions(full_state_dict=False, strict=False))
+    optim_sd = get_optimizer_state_dict(model, optimizer, options=_sharded())  # creates the states to fill
+    shards = Shards(path, "optimizer")
+    for p, st in optim_sd["state"].items():
+        for k, v in st.items():
+            if isinstance(v, torch.Tensor):
+                shards.fill(f"{p}/{k}", v)
+            else:
+                st[k] = optim_rest["state"][p][k]
+    optim_sd["param_groups"] = optim_rest["param_groups"]
+    set_optimizer_state_dict(model, optimizer, optim_sd, options=_sharded())
     if scheduler is not None and state["scheduler"] is not None:
         scheduler.load_state_dict(state["scheduler"])
     set_rng_state(_rng_of_this_rank(state["rng"]))
     return state["trainer"]
 
 
-def _read_model(path: Path) -> dict[str, torch.Tensor]:
+def read_weights(path: str | os.PathLike) -> dict[str, torch.Tensor]:
+    """The whole model part of checkpoint `path` (for export, in one process): every weight, or
+    under LoRA the trainable ones; the single-file layout of older versions too."""
+    path = Path(path)
+    if shard_files(path, "model"):
+        shards = Shards(path, "model")
+        return {key: shards.full(key) for key in shards.shapes}
     try:
         return load_file(path / "model.safetensors")
     except Exception as e:  # safetensors raises its own error types for damaged files
-        raise StateFileError(f"{path / 'model.safetensors'} is not a valid safetensors file ({e}); delete this "
-                             "checkpoint folder (an older one is used) or resume with checkpoint.resume=never") from e
+        raise StateFileError(f"{path} is not a checkpoint folder (no model shards, no readable model.safetensors: "
+                             f"{e}); expected <logging.out_dir>/checkpoints/step-NNNNNN") from e

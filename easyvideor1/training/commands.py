@@ -138,6 +138,31 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _plan(args: argparse.Namespace) -> int:
+    path, overrides = _split_config(args)
+    arguments.at_least(1, gpus=args.gpus)
+    arguments.at_least(0, vision_tokens=args.vision_tokens)
+    arguments.above(0, gpu_memory_gib=args.gpu_memory_gib)
+    from easyvideor1.config import load_config  # imports torch
+    from easyvideor1.training.memory_plan import advice, from_config, plan_memory, render_plan
+    from easyvideor1.training.model_shapes import TINY_PREFIX, read_shape
+
+    cfg = load_config(path, overrides)
+    model = args.model_config or cfg.model.path or f"{TINY_PREFIX}{cfg.vision.family}"
+    try:
+        shape = read_shape(model)
+    except ValueError as e:
+        flag = "--model-config" if args.model_config else "model.path"
+        raise UserError(f"{flag} {e}") from None
+    workload = from_config(cfg, shape, args.gpus, args.gpu_memory_gib, args.vision_tokens)
+    sp = workload.sequence_parallel
+    if args.gpus % sp or shape.heads % sp:
+        raise UserError(f"training.sequence_parallel_size={sp} must divide --gpus {args.gpus} and the model's "
+                        f"{shape.heads} attention heads")
+    print(render_plan(shape, workload, plan_memory(shape, workload), advice(shape, workload)))
+    return 0
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("train", help="RL post-training from a config",
                               description="Train with a YAML config plus section.key=value overrides, or with "
@@ -176,3 +201,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--val-samples", type=int, default=DEMO_VAL, help="held-out samples (an equal share per task)")
     p.add_argument("overrides", nargs="*", help="extra config overrides, e.g. training.lr=1e-3")
     p.set_defaults(func=_demo)
+
+    p = subparsers.add_parser("plan", help="per-GPU memory of a training config, and whether it fits",
+                              description="Print the per-GPU memory of a training config (parameters, gradients, "
+                                          "optimizer states, reference, activations with and without gradient "
+                                          "checkpointing, logits chunk, vLLM's share), whether it fits, and which "
+                                          "setting to change first. Reads the model's config.json (no weights): "
+                                          "model.path, or --model-config; a hub id or folder name of the built-in "
+                                          "table (Qwen2.5-VL-7B-Instruct, Qwen3-VL-8B-Instruct) needs no download, "
+                                          "and with no model.path the demo's tiny model is planned.")
+    p.add_argument("config", nargs="?", help="YAML config (see configs/); optional")
+    p.add_argument("overrides", nargs="*", help="dotted overrides, as given to train")
+    p.add_argument("--gpus", type=int, default=8, help="processes (GPUs) the run uses")
+    p.add_argument("--gpu-memory-gib", type=float, default=80.0, help="memory of one GPU, GiB")
+    p.add_argument("--model-config", default=None,
+                   help="the model's shape instead of model.path's: a folder or config.json, a name of the built-in "
+                        "table, or tiny:FAMILY[:SIZE]")
+    p.add_argument("--vision-tokens", type=int, default=None,
+                   help="LLM tokens of a prompt's video or images, 0 for text (default: the longest video the vision "
+                        "section admits, at most data.max_prompt_tokens)")
+    p.set_defaults(func=_plan)

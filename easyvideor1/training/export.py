@@ -10,14 +10,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file
 
 from easyvideor1 import distributed
 from easyvideor1.config import Config
 from easyvideor1.models.loading import load_policy, load_processor, resolve_dtype
 from easyvideor1.models.lora import apply_lora, has_adapters, merged_state_items, save_adapter, trainable_state
+from easyvideor1.training.checkpoint import read_weights
 from easyvideor1.training.hf_shards import SHARD_BYTES, ShardWriter
 from easyvideor1.training.run import Run
+from easyvideor1.training.shards import shard_files
 
 
 def _gathered(model) -> Iterator[tuple[str, torch.Tensor]]:
@@ -104,14 +105,14 @@ def export_checkpoint(cfg: Config, checkpoint: str | Path, out_dir: str | Path, 
     or with `merge` (always for full fine-tuning) as a full HF folder. One process."""
     m, lora = cfg.model, cfg.model.lora
     path = Path(checkpoint)
-    if not (path / "model.safetensors").is_file():
-        raise FileNotFoundError(f"no model.safetensors in {path}: expected a checkpoint folder "
+    if not (path / "model.safetensors").is_file() and not shard_files(path, "model"):
+        raise FileNotFoundError(f"no model shards (model.rank*.json) in {path}: expected a checkpoint folder "
                                 f"(<logging.out_dir>/checkpoints/step-NNNNNN)")
     model = load_policy(m.path, "float32", m.attn_implementation)
     if lora.rank:
         apply_lora(model, lora.rank, lora.scale_alpha, lora.dropout, lora.target_modules, lora.vision,
                    lora.modules_to_save)
-    weights = load_file(str(path / "model.safetensors"))
+    weights = read_weights(path)
     missing, unexpected = model.load_state_dict(weights, strict=False)
     if unexpected or (lora.rank and set(weights) != {n for n, p in model.named_parameters() if p.requires_grad}):
         raise ValueError(f"checkpoint {path} does not fit model.path={m.path} with model.lora.rank={lora.rank} "

@@ -8,7 +8,11 @@ The same command runs in 1 process or under torchrun on N GPUs / N nodes:
 
 Units: each decoder layer, each vision block, then the backbone (`model.model`) and the
 `lm_head` as their own units (log-probs call them directly, `models.logprobs`), then the root.
-Tied input/output embeddings are untied first (a tied pair cannot sit in two units).
+Tied input/output embeddings are untied first (a tied pair cannot sit in two units). The head
+unit gets one more forward method (`models.logprobs.HEAD_PASS`, FSDP2's
+`register_fsdp_forward_method`): a whole chunked log-prob pass runs as one forward of it, so the
+head is gathered once per pass, not once per chunk. Call `run_root_once` after sharding: the
+root module must be the FSDP root of every unit below it (module docstring of `run_root_once`).
 
 Mixed precision: parameters stay float32 (the master weights, and so AdamW's states); FSDP2
 gathers them in the compute dtype for each forward and reduces gradients in float32.
@@ -17,11 +21,13 @@ gathers them in the compute dtype for each forward and reduces gradients in floa
 from __future__ import annotations
 
 import os
+import types
 
 import torch
 import torch.distributed as dist
 
 from easyvideor1 import distributed
+from easyvideor1.models.logprobs import HEAD_PASS, run_head_pass
 
 
 def init_distributed(need_group: bool = False) -> tuple[int, int, torch.device]:
@@ -75,7 +81,7 @@ def shard(model, param_dtype: torch.dtype | None = None, cpu_offload: bool = Fal
     """
     if not dist.is_initialized():
         return model
-    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
+    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard, register_fsdp_forward_method
 
     kwargs = {}
     if param_dtype is not None:
@@ -89,6 +95,8 @@ def shard(model, param_dtype: torch.dtype | None = None, cpu_offload: bool = Fal
         fully_shard(model.model.visual, **kwargs)
     fully_shard(model.model, **kwargs)
     fully_shard(model.lm_head, **kwargs)
+    setattr(model.lm_head, HEAD_PASS, types.MethodType(run_head_pass, model.lm_head))
+    register_fsdp_forward_method(model.lm_head, HEAD_PASS)
     fully_shard(model, **kwargs)
     return model
 
@@ -96,8 +104,11 @@ def shard(model, param_dtype: torch.dtype | None = None, cpu_offload: bool = Fal
 def run_root_once(model, device) -> None:
     """One token through the root module, without gradients. FSDP2 takes the first unit to run
     forward as the root of the units below it; a unit called directly before its parent (the
-    vision tower under sequence parallelism, before the backbone) would otherwise become a root
-    and the parent's first forward fail. Every rank calls it (its all-gathers are collectives)."""
+    vision tower under sequence parallelism, before the backbone; the backbone and the head in
+    log-prob passes when no full forward ran first, as with the vLLM engine) would otherwise
+    become a root of its own: the parent's first forward fails, or a root head stays gathered
+    after its passes and its gradient misses the end-of-backward callback of the backbone's root.
+    Every rank calls it (its all-gathers are collectives)."""
     if not dist.is_initialized():
         return
     with torch.no_grad():

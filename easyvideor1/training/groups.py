@@ -85,6 +85,9 @@ class RolloutStage:
     # group generating its share (`training.sequence_parallel.split_rollouts`); None: generate all.
     split: Callable[..., list[list[Rollout]]] | None = None
     count_group: Any = None  # ranks whose filter counts add up (the data-parallel ones under SP); None: all
+    # `rollout.tools`: (prompt, offline rollout, max_tokens) -> the trajectory with its tool calls run
+    # again on the video (`ToolEngine.replay`); None: offline trajectories stay single-turn text.
+    replay: Callable[[Prompt, Rollout, int], Rollout] | None = None
 
     def params(self, step: int, temperature: float | None = None) -> SamplingParams:
         """The step's sampling settings (`temperature` 0: greedy, for validation and ReMax)."""
@@ -115,6 +118,9 @@ class RolloutStage:
         accuracy = [[r.accuracy for r in res] for res in online_results]
         groups = fill_groups([p.sample for p in prompts], online, accuracy, hybrid, self.tokenizer, self.end_token,
                              params.max_tokens, counters)
+        if self.replay is not None:
+            groups = [[self.replay(prompts[g], r, params.max_tokens) if r.offline else r for r in grp]
+                      for g, grp in enumerate(groups)]
         # Offline trajectories sit after the kept online responses of their group; score them in one call.
         kept = [sum(not r.offline for r in grp) for grp in groups]
         offline_results = self.score(prompts, [grp[k:] for grp, k in zip(groups, kept)])

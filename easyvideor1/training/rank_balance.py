@@ -10,10 +10,14 @@ by an estimate of each prompt's tokens from the media's stream headers (no decod
                     (H / grid) x (W / grid)                                     per image,
 
 with the same frame sampling and pixel budget as the prompt will have (`vision.sampling`), plus
-the question's text at ~4 bytes per token. Every rank computes the same estimates from the same
-global batch and the same assignment (longest first, each to the rank with the fewest tokens that
-still has room), so no collective is needed. A sample whose media cannot be read is estimated from
-its text alone; the prompt stage reports it as it does today.
+the question's text at ~4 bytes per token. The estimates are made once and shared: each process
+reads the headers of every world-th sample of the global batch and one all-gather gives every rank
+the same list, from which each computes the same assignment (longest first, each to the rank with
+the fewest tokens that still has room). Estimated on every rank apart, a header read that fails on
+one rank only, or two decoders that count frames differently (torchcodec on one node, PyAV on
+another), would give the ranks different partitions: samples trained twice and others never,
+silently. A sample whose media cannot be read is estimated from its text alone; the prompt stage
+reports it as it does today.
 
 The estimate ignores the responses (unknown before rollout); for video prompts of thousands of
 tokens they are the smaller part. Each sample keeps its global slot, so its sampling seeds (and so
@@ -26,6 +30,7 @@ import functools
 import logging
 import os
 
+from easyvideor1 import distributed
 from easyvideor1.models.families import get_family
 from easyvideor1.records import Sample
 from easyvideor1.training.loader import rank_slice
@@ -101,9 +106,22 @@ def balanced_slots(costs: list[int], world: int) -> list[list[int]]:
     return [sorted(s) for s in slots]
 
 
+def shared_estimates(samples: list[Sample], cfg: VisionConfig) -> list[int]:
+    """`estimate_tokens` of every sample, the same list on every process: each reads every
+    world-th sample's headers, one all-gather joins them (a collective: every process calls it)."""
+    here, everywhere = distributed.rank(), distributed.world_size()
+    mine = {i: estimate_tokens(samples[i], cfg) for i in range(here, len(samples), everywhere)}
+    costs = [0] * len(samples)
+    for part in distributed.all_gather_objects(mine):
+        for i, cost in part.items():
+            costs[i] = cost
+    return costs
+
+
 def rank_slots(samples: list[Sample], rank: int, world: int, cfg: VisionConfig | None) -> list[int]:
-    """The global slots rank `rank` of `world` takes: balanced by estimated tokens when `cfg` is
-    given (`training.balance_ranks`), else its contiguous share."""
+    """The global slots data-parallel rank `rank` of `world` takes: balanced by estimated tokens
+    when `cfg` is given (`training.balance_ranks`; `shared_estimates`, a collective of every
+    process when `world` > 1), else its contiguous share."""
     if world == 1 or cfg is None:
         return rank_slice(list(range(len(samples))), rank, world)
-    return balanced_slots([estimate_tokens(s, cfg) for s in samples], world)[rank]
+    return balanced_slots(shared_estimates(samples, cfg), world)[rank]

@@ -28,6 +28,7 @@ from easyvideor1.models.shared_prefix import SharedGroup, collate_shared
 from easyvideor1.models.ulysses import SequenceParallel
 from easyvideor1.prompts import Prompt
 from easyvideor1.records import RewardResult, Rollout
+from easyvideor1.rollout.tools.turns import sequence_with_turns
 from easyvideor1.training.micro_batches import MicroBatch, micro_batch, plan_micro_batches, response_units
 
 
@@ -77,7 +78,8 @@ def make_batch(prompts: list[Prompt], groups: list[list[Rollout]],
     rollouts = [r for g in groups for r in g]
     errors = [x.error is not None for x in results or []]
     if any(errors):
-        rollouts = [replace(r, token_ids=[], logprobs=None, finish_reason="reward_error") if bad else r
+        rollouts = [replace(r, token_ids=[], logprobs=None, finish_reason="reward_error", model_mask=None, media=None)
+                    if bad else r
                     for r, bad in zip(rollouts, errors)]
     if not rollouts:
         raise ValueError("no responses in this step (every prompt failed?)")
@@ -87,7 +89,8 @@ def make_batch(prompts: list[Prompt], groups: list[list[Rollout]],
     behaviour = torch.zeros(n, t)
     for i, r in enumerate(rollouts):
         ids[i, :len(r.token_ids)] = torch.as_tensor(r.token_ids, dtype=torch.long)
-        mask[i, :len(r.token_ids)] = True
+        # multi-turn: the model's own tokens only (tool turns are attended to, never scored)
+        mask[i, :len(r.token_ids)] = True if r.model_mask is None else torch.as_tensor(r.model_mask)
         if r.logprobs is not None:
             behaviour[i, :len(r.logprobs)] = torch.as_tensor(r.logprobs)
     group_ids = torch.tensor([g for g, grp in enumerate(groups) for _ in grp], dtype=torch.long)
@@ -97,10 +100,11 @@ def make_batch(prompts: list[Prompt], groups: list[list[Rollout]],
                         reward_error=torch.tensor(errors, dtype=torch.bool) if any(errors) else None)
 
 
-def to_response_space(values: torch.Tensor, mask: torch.Tensor, lengths: torch.Tensor, width: int) -> torch.Tensor:
-    """Move the masked entries of `values` [B, L] (row-major: sequence by sequence) into [n, width]."""
-    out = values.new_zeros(len(lengths), width)
-    keep = torch.arange(width, device=values.device)[None] < lengths.to(values.device)[:, None]  # [n, width]
+def to_response_space(values: torch.Tensor, mask: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
+    """Move the masked entries of `values` [B, L] (row-major: sequence by sequence) to the true
+    entries of `response_mask` [n, width] (the same count, in the same order), zeros elsewhere."""
+    keep = response_mask.to(values.device)
+    out = values.new_zeros(keep.shape)
     out[keep] = values[mask]
     return out
 
@@ -125,8 +129,14 @@ class ForwardContext:
 
 
 def sequence_inputs(batch: RolloutBatch, indices: list[int], ctx: ForwardContext) -> list[ModelInputs]:
-    return [append_response(batch.prompts[int(batch.group_ids[i])].inputs, batch.rollouts[i].token_ids, ctx.spec)
-            for i in indices]
+    out = []
+    for i in indices:
+        prompt, r = batch.prompts[int(batch.group_ids[i])].inputs, batch.rollouts[i]
+        if r.model_mask is None:
+            out.append(append_response(prompt, r.token_ids, ctx.spec))
+        else:  # tool turns: their media and the model-token mask (`rollout.tools.turns`)
+            out.append(sequence_with_turns(prompt, r.token_ids, r.model_mask, r.media, ctx.family, ctx.spec))
+    return out
 
 
 def shared_groups(batch: RolloutBatch, indices: list[int]) -> list[SharedGroup]:
@@ -144,7 +154,8 @@ def shared_groups(batch: RolloutBatch, indices: list[int]) -> list[SharedGroup]:
 
 def collate_responses(batch: RolloutBatch, indices: list[int], ctx: ForwardContext):
     """The model batch of responses `indices`: group-shared rows or one sequence per response."""
-    if ctx.shared_prefix:
+    # a response with tool turns carries media of its own: its micro-batch takes the plain path
+    if ctx.shared_prefix and all(batch.rollouts[i].model_mask is None for i in indices):
         mb = collate_shared(shared_groups(batch, indices), ctx.family, ctx.spec, ctx.pad_token_id,
                             padding_free=ctx.padding_free)
     else:
@@ -161,7 +172,7 @@ def pass_micro_batches(batch: RolloutBatch, indices: list[int], ctx: ForwardCont
     """The micro-batches of one pass over responses `indices`: `micro_batch_size` responses each,
     or packed up to `micro_batch_tokens` (whole groups with `shared_prefix`), as many on every
     rank either way (`training.micro_batches`)."""
-    lengths = batch.response_mask.sum(-1).tolist()
+    lengths = [len(r.token_ids) for r in batch.rollouts]  # tool turns included: they are computed
     groups = batch.group_ids.tolist()
     prompt = [p.inputs.prompt_len for p in batch.prompts]
     names = [batch.prompts[g].inputs.sample_id for g in groups]
@@ -186,11 +197,10 @@ def forward_logprobs(model, batch: RolloutBatch, indices: list[int], ctx: Forwar
     out = sequence_logprobs(model, mb, chunk_size=ctx.chunk_size, temperature=ctx.temperature,
                             with_entropy=with_entropy, reference=reference, sp=ctx.sequence_parallel,
                             banned=ctx.banned_ids)
-    lengths = batch.response_mask[indices].sum(-1)
-    width = batch.response_mask.shape[1]
-    logp = to_response_space(out.logprobs, out.mask, lengths, width)
-    ent = to_response_space(out.entropy, out.mask, lengths, width) if out.entropy is not None else None
-    kl = to_response_space(out.full_kl, out.mask, lengths, width) if out.full_kl is not None else None
+    rows = batch.response_mask[indices]
+    logp = to_response_space(out.logprobs, out.mask, rows)
+    ent = to_response_space(out.entropy, out.mask, rows) if out.entropy is not None else None
+    kl = to_response_space(out.full_kl, out.mask, rows) if out.full_kl is not None else None
     return logp, ent, kl
 
 

@@ -30,6 +30,9 @@ from easyvideor1.rewards.batch import ScoringPool, score_batch
 from easyvideor1.prompts import PromptBuilder
 from easyvideor1.rollout.base import banned_token_ids
 from easyvideor1.rollout.hf_engine import HFEngine
+from easyvideor1.rollout.tools.multiturn import ToolEngine, ToolLimits
+from easyvideor1.rollout.tools.registry import get_tools
+from easyvideor1.rollout.tools.video_tools import ClipSource
 from easyvideor1.rollout.vllm_engine import VLLMEngine  # imports vllm only when one is built
 from easyvideor1.rollout.vllm_inputs import check_media_limits
 from easyvideor1.training.fsdp import init_distributed, run_root_once, shard
@@ -38,6 +41,7 @@ from easyvideor1.training.loader import PromptLoader
 from easyvideor1.training.metrics import MetricsSink
 from easyvideor1.training.sequence_parallel import data_parallel, setup_sequence_parallel, split_rollouts
 from easyvideor1.training.sequences import ForwardContext
+from easyvideor1.training.recompute import gradient_checkpointing
 from easyvideor1.training.run import Run
 from easyvideor1.vision.cache import FrameSource
 
@@ -91,8 +95,9 @@ def make_engine(cfg: Config, model, processor, family, spec, samples: list[Sampl
     """The rollout engine named by `rollout.engine` (vLLM imported only when chosen).
 
     vLLM: under torchrun one engine per rank (`external_launcher`; ranks of a tensor-parallel
-    group share one), context = `data.max_prompt_tokens + rollout.max_tokens`, LM head tied
-    as in the policy (FSDP unties it). `samples` are checked against the per-prompt media limits.
+    group share one), in one process an in-process engine core (weight syncs stay in memory),
+    context = `data.max_prompt_tokens + rollout.max_tokens`, LM head tied as in the policy
+    (FSDP unties it). `samples` are checked against the per-prompt media limits.
     """
     if cfg.rollout.engine == "vllm":
         r, world = cfg.rollout, distributed.world_size()
@@ -106,7 +111,8 @@ def make_engine(cfg: Config, model, processor, family, spec, samples: list[Sampl
                           max_model_len=cfg.data.max_prompt_tokens + r.max_tokens,
                           gpu_memory_utilization=r.gpu_memory_utilization, limit_mm_per_prompt=limits,
                           enable_sleep_mode=None if r.sleep else False, seed=cfg.training.seed,
-                          enforce_eager=r.enforce_eager, external_launcher=world > 1, untie_embeddings=untied)
+                          enforce_eager=r.enforce_eager, external_launcher=world > 1, untie_embeddings=untied,
+                          in_process_engine=True)  # syncs in memory, no weights file (`rollout.vllm_engine`)
     return HFEngine(model, processor, family, spec)
 
 
@@ -172,8 +178,10 @@ def build_run(cfg: Config) -> Run:
     # The policy's parameters and AdamW states are float32 (master weights); `model.dtype` is the
     # compute dtype, applied by FSDP2 (`shard(param_dtype=...)`). At lr 1e-6, bf16 parameters
     # would round most updates away.
-    model = load_policy(m.path, "float32", m.attn_implementation, m.freeze_vision, m.gradient_checkpointing,
-                        "meta")
+    recompute, why = gradient_checkpointing(cfg)
+    if rank == 0:
+        log.info("gradient checkpointing: %s (%s)", "on" if recompute else "off", why)
+    model = load_policy(m.path, "float32", m.attn_implementation, m.freeze_vision, recompute, "meta")
     weights = WeightSource(m.path, model)  # names and tied pairs as built, before LoRA and FSDP2
     family, spec = family_of(model.config), mrope_spec(model.config)
     if family.name != cfg.vision.family:
@@ -204,10 +212,12 @@ def build_run(cfg: Config) -> Run:
     fill_weights(model, weights, device)
     if reference_weights is not None:
         fill_weights(reference, reference_weights, device)
-    if sp is not None:  # the vision tower is called before the backbone: FSDP2 must know its roots first
-        for m in (model, reference):
-            if m is not None:
-                run_root_once(m, device)
+    # FSDP2 must know its roots first: the passes call the backbone and the head directly (and, under
+    # sequence parallelism, the vision tower before the backbone)
+    for m in (model, reference):
+        if m is not None:
+            run_root_once(m, device)
+    if sp is not None:
         log.info("sequence parallelism: %d ranks per row, %d data-parallel groups", sp.size, dp.world)
     trainable, total = parameter_counts(model)
     log.info("parameters: %s trainable / %s total (%.2f%%)%s", f"{trainable:,}", f"{total:,}",
@@ -225,6 +235,11 @@ def build_run(cfg: Config) -> Run:
     if sp is not None:  # rows are split over the group's ranks: they must be packed rows
         ctx.padding_free, ctx.sequence_parallel = True, sp
     engine = make_engine(cfg, model, processor, family, spec, train_samples + val_samples)
+    tools = get_tools(cfg.rollout.tools)
+    if tools:  # multi-turn rollouts (`rollout.tools`)
+        r = cfg.rollout
+        engine = ToolEngine(engine, processor, family, spec, tools, ClipSource(cfg.vision),
+                            ToolLimits(r.max_turns, r.tool_call_visual_tokens, r.tool_response_visual_tokens))
     correction, why = resolve_rollout_correction(cfg.algorithm.rollout_correction, cfg.rollout.engine)
     log.info("rollout correction: %s (%s)%s", correction, why,
              "" if correction == "none" else f", threshold C={cfg.algorithm.rollout_correction_threshold:g}")
@@ -234,11 +249,13 @@ def build_run(cfg: Config) -> Run:
                                               "padding_free_active": ctx.padding_free}, enabled=rank == 0)
     prompts = PromptBuilder(frames, processor, family, spec,
                             render=partial(render_prompt, template_dir=cfg.data.template_dir),
-                            max_prompt_tokens=cfg.data.max_prompt_tokens)
+                            max_prompt_tokens=cfg.data.max_prompt_tokens,
+                            tools=[t.schema() for t in tools.values()] or None)
     rollouts = RolloutStage(engine, make_score_fn(cfg), processor.tokenizer, _end_token(processor), cfg.rollout,
                             cfg.hybrid, cfg.algorithm, cfg.training.seed,
                             stop_token_ids(cfg.rollout.stop_tokens, processor.tokenizer),
-                            split=None if sp is None else partial(split_rollouts, sp), count_group=dp.group)
+                            split=None if sp is None else partial(split_rollouts, sp), count_group=dp.group,
+                            replay=engine.replay if tools else None)
     return Run(cfg=cfg, model=model, reference=reference, optimizer=optimizer,
                scheduler=make_scheduler(optimizer, cfg), kl=make_kl_controller(cfg.algorithm),
                loader=PromptLoader(train_samples, cfg.training.rollout_batch_size, cfg.training.seed, cfg.data.shuffle),

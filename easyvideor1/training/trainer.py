@@ -27,6 +27,7 @@ from easyvideor1 import distributed
 from easyvideor1.algorithms import ADVANTAGES, kl_reward_penalty
 from easyvideor1.algorithms.kl import AdaptiveKLController, k1_sums
 from easyvideor1.config_tree import ConfigError
+from easyvideor1.rollout.tools.multiturn import tool_metrics
 from easyvideor1.training import checkpoint as ckpt
 from easyvideor1.training.groups import ScoredGroups, pad_groups, reward_metrics
 from easyvideor1.training.metrics import StageTimer, StepMetrics, console_line, gather_values
@@ -166,6 +167,8 @@ def train_step(run: Run, step: int) -> dict[str, float]:
     run.rollouts.engine.sleep()  # release the engine's memory (vLLM on GPU) for the passes below
     log_examples(run, step, scored)
     m.glob.update(reward_metrics(scored, gather=partial(gather_values, group=run.data_parallel.group)))
+    if run.cfg.rollout.tools:
+        m.glob.update(tool_metrics(scored.groups, group=run.data_parallel.group))
     batch = make_batch(scored.prompts, scored.groups, [x for res in scored.results for x in res])
     parity_step = bool(run.cfg.rollout.parity_check_every) and step % run.cfg.rollout.parity_check_every == 0
     with timer("old_logprob"):
@@ -211,7 +214,8 @@ def checkpoint_run(run: Run, step: int) -> None:
     optimizer, schedule and every rank's RNG are saved by `checkpoint.save_checkpoint`)."""
     state = {"loader": run.loader.state_dict(), "kl_controller": run.kl.state_dict(), "step": step}
     ckpt.save_checkpoint(f"{run.cfg.logging.out_dir}/checkpoints", step, run.model, run.optimizer,
-                         run.scheduler, state, keep=run.cfg.checkpoint.keep)
+                         run.scheduler, state, keep=run.cfg.checkpoint.keep,
+                         timeout_minutes=run.cfg.checkpoint.timeout_minutes)
 
 
 def maybe_resume(run: Run) -> int:

@@ -119,3 +119,35 @@ def test_training_mix_sets_the_shares_of_the_training_split_only(tmp_path):
     assert all(val.count(t) == 2 for t in TASKS)  # held-out: an equal share per task
     for s in load_samples(paths["train"]):
         assert _solve(s) == s.answer, s.problem_id
+
+
+def test_flash_shows_its_colour_only_for_a_moment_inside_the_stated_window(tmp_path):
+    """The opt-in `flash` task: an 8-s clip, a square of the answer's colour on FLASH_FRAMES
+    consecutive frames, all inside the 1-s window the question states; nothing on the others."""
+    import re
+
+    import numpy as np
+
+    from easyvideor1.data.synth import FLASH_FRAMES, FLASH_SECONDS, _make_task
+
+    cfg = SynthConfig()
+    rng = np.random.default_rng(0)
+    for _ in range(8):
+        px, problem, answer, ptype, thought, options = _make_task("flash", rng, cfg)
+        window = int(re.search(r"between second (\d+)", problem).group(1))
+        lit = [t for t in range(len(px)) if px[t].any()]
+        assert len(px) == FLASH_SECONDS * cfg.fps and len(lit) == FLASH_FRAMES
+        assert lit == list(range(lit[0], lit[0] + FLASH_FRAMES))
+        assert window * cfg.fps <= lit[0] and lit[-1] < (window + 1) * cfg.fps
+        colour = px[lit[0]].reshape(-1, 3).max(0)
+        assert tuple(colour) == COLOURS[thought] and options[LETTERS.index(answer)].endswith(thought)
+        assert ptype == "multiple choice"
+    paths = write_suite(tmp_path, num_train=2, num_val=1, tasks=("flash",))
+    for line in paths["train"].read_text().splitlines():  # the offline trajectory calls crop_video on the window
+        row = json.loads(line)
+        window = int(re.search(r"between second (\d+)", row["problem"]).group(1))
+        call = json.loads(re.search(r"<tool_call>(.*)</tool_call>", row["offline_output"], re.S).group(1))
+        assert row["task"] == "flash" and call == {"name": "crop_video", "arguments": {"start": window,
+                                                                                      "end": window + 1}}
+        assert re.fullmatch(r"<tool_call>.*</tool_call><think>\w+</think><answer>[A-D]</answer>", row["offline_output"],
+                            re.S)

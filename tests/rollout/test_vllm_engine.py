@@ -173,6 +173,17 @@ def test_update_weights_changes_outputs_and_matches_hf(setup):
     assert [g[0].token_ids for g in restored] == [g[0].token_ids for g in before]
 
 
+def test_sync_hands_over_weights_in_the_engine_dtype(setup):
+    """What `update_weights` gives vLLM is in the engine's dtype (bf16 for Qwen3.5 here): under
+    FSDP2 each shard is cast before its all-gather (`test_collective_counts` checks the gather)."""
+    tiny, engine = setup
+    expected = torch.float32 if tiny.family.name in FP32 else torch.bfloat16
+    assert engine.weight_dtype == expected and engine.in_process
+    items = list(engine.sync_items(tiny.model))
+    assert {t.dtype for _, t in items if t.is_floating_point()} == {expected}
+    assert [n for n, _ in items] == list(tiny.model.state_dict())
+
+
 def test_vision_pad_tokens_are_banned(setup):
     tiny, engine = setup
     engine.update_weights(adversarial_copy(tiny.model, engine.banned))

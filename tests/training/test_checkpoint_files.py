@@ -39,7 +39,9 @@ def test_checkpoint_files_are_json_and_safetensors_only(tmp_path):
     model, opt, sched = _train_a_little(tmp_path)
     folder = tmp_path / "ckpts" / "step-000001"
     assert sorted(p.name for p in folder.iterdir()) == [
-        "meta.json", "model.safetensors", "optimizer.json", "optimizer.safetensors", "state.json", "state.safetensors"]
+        "meta.json", "model.rank00000.json", "model.rank00000.safetensors", "optimizer.json",
+        "optimizer.rank00000.json", "optimizer.rank00000.safetensors", "optimizer.safetensors", "state.json",
+        "state.safetensors"]
     for p in folder.iterdir():
         assert not p.read_bytes().startswith(b"\x80"), f"{p.name} looks like a pickle"
     opt2 = torch.optim.AdamW(model.parameters(), lr=0.1)
@@ -72,7 +74,8 @@ def test_tree_roundtrip_keeps_types(tmp_path):
 
 
 @pytest.mark.parametrize("replaced", ["state.pt", "state.json", "optimizer.json", "optimizer.safetensors",
-                                      "state.safetensors", "model.safetensors"])
+                                      "state.safetensors", "model.rank00000.safetensors", "model.rank00000.json",
+                                      "optimizer.rank00000.safetensors"])
 def test_a_crafted_pickle_is_refused_and_runs_nothing(tmp_path, replaced):
     model, opt, sched = _train_a_little(tmp_path)
     folder = tmp_path / "ckpts" / "step-000001"

@@ -6,7 +6,7 @@ import torch
 
 from easyvideor1.config import HybridConfig
 from easyvideor1.models.tokenizer import build_tokenizer, chat_template
-from easyvideor1.records import Rollout, Sample
+from easyvideor1.records import RewardResult, Rollout, Sample
 from easyvideor1.training import checkpoint as ckpt
 from easyvideor1.training.hybrid import HybridCounters, fill_groups, online_count
 from easyvideor1.training.loader import PromptLoader, rank_slice
@@ -111,8 +111,21 @@ def test_response_space_roundtrip():
     # a padded [B, L] layout: prompt of 2 then response, right padding
     values = torch.tensor([[9., 9., 1., 2., 3.], [9., 9., 4., 0., 0.]])
     mask = torch.tensor([[0, 0, 1, 1, 1], [0, 0, 1, 0, 0]], dtype=torch.bool)
-    out = to_response_space(values, mask, batch.response_mask.sum(-1), 3)
+    out = to_response_space(values, mask, batch.response_mask)
     assert out.tolist() == [[1., 2., 3.], [4., 0., 0.]]
+
+
+def test_response_space_skips_tool_turn_tokens():
+    """A multi-turn response's tool-turn tokens are outside the response mask, and the scored
+    (loss-masked) values land on the model's tokens around them."""
+    tool_turn = Rollout(0, [1, 7, 7, 2], "a", [-.1, 0., 0., -.2], model_mask=[True, False, False, True])
+    batch = make_batch([None], [[tool_turn]])
+    assert batch.response_mask.tolist() == [[True, False, False, True]]
+    values = torch.tensor([[9., 1., 8., 8., 2.]])  # prompt of 1, then the response
+    mask = torch.tensor([[0, 1, 0, 0, 1]], dtype=torch.bool)  # the collated batch's loss mask
+    assert to_response_space(values, mask, batch.response_mask).tolist() == [[1., 0., 0., 2.]]
+    failed = make_batch([None], [[tool_turn]], [RewardResult(0.0, 0.0, 0.0, error="scorer failed")])
+    assert not failed.response_mask.any()  # its reward failed: no token of it counts, tool turns or not
 
 
 def test_metrics_sink_and_report(tmp_path):

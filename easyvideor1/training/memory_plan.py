@@ -1,0 +1,350 @@
+"""Per-GPU memory of a training run, from its config and its model's shape (`easyvideor1 plan`).
+
+State (exact counts from `training.model_shapes`, FSDP2-sharded over every process):
+- parameters: float32 master weights, 4 bytes x parameters / gpus (LoRA: the frozen base in the
+  compute dtype, the adapters in float32);
+- gradients: float32 (FSDP2's reduce dtype), 4 bytes x trainable / gpus;
+- optimizer: AdamW's two float32 moments, 8 bytes x trainable / gpus (sgd: none);
+- FSDP buffers: the unit being computed and the prefetched next one, all-gathered in the compute
+  dtype, plus that unit's unsharded gradient: 3 x largest unit x compute bytes;
+- reference (with a KL term, full fine-tuning): the compute dtype, sharded.
+
+Activations of one micro-batch's forward and backward, per token of its packed row (a row is the
+micro-batch's prompts once each under shared prefix, plus its responses), divided by the sequence
+parallel degree. What a Qwen decoder layer saves for backward, per token, with `c` the compute
+dtype's bytes (2 for bf16, 4 for float32), H hidden, I intermediate, d head dim, h / g query /
+key-value heads (found by recording autograd's saved tensors of the real transformers layers):
+- each of the two RMSNorms (input, post-attention): its float32 input (4H), the float32
+  1/rms (4), the normalised value before the weight (cH) and its output, the next linears' input
+  (cH);
+- attention: q, k, v after RoPE (c(h + 2g)d), the attention output, which is also o_proj's
+  input (c h d), and the kernel's float32 log-sum-exp (4h); Qwen3's per-head q/k norms add their
+  float32 input, 1/rms and output ((4 + c)(h + g)d + 4(h + g));
+- MLP: gate's output (SiLU's input), SiLU's output, up's output, and their product, down's input (4cI).
+So `layer = 2(4H + 4 + 2cH) + c(2h + 2g)d + 4h + 4cI` (+ the q/k norms). Once per row: RoPE's cos
+and sin (2cd), the final norm (4H + 4 + cH), the token ids (8). With gradient checkpointing only
+each layer's input is kept (cH per layer). "Saved" is what forward keeps until backward; "layer
+backward" is what backward adds while it does one layer: that layer recomputed (checkpointing
+only) and the gradients of its MLP's intermediates (`BACKWARD_MLP` x cI).
+
+The vision tower is counted the same way per patch (merge^2 patches per LLM vision token): norms
+(2(4W + 4 + 2cW)), qkv (3cW), q and k after RoPE (2cW), attention output and proj input (2cW), MLP
+(4cI gated, 2cI fc1/fc2); with checkpointing each block's input (cW). Once per patch: its pixels
+(the patch embedding's input), RoPE's cos and sin, the merger's norm and MLP (`patch_bytes`).
+
+The log-prob head makes one chunk of `training.logprob_chunk_size` rows of [chunk, V] logits at
+a time, checkpointed: its backward holds the float32 log-softmax, its gradient and the logits'
+float32 gradient (12V per row), plus in half precision that gradient cast back (cV); entropy adds
+8V. It runs before any layer's backward, so the peak counts the larger of it and "layer backward".
+
+vLLM (colocated): `rollout.gpu_memory_utilization` of the GPU while it generates; during the
+update, with `rollout.sleep`, its weights sit in host memory and its KV cache is freed
+(`VLLM_ASLEEP_GIB` stays: CUDA graphs, its context), else it keeps its whole share.
+
+Validated against CPU measurements by `benchmarks/plan_check.py` (tests/training/test_memory_plan.py).
+Qwen3.5's linear-attention layers are counted as full-attention layers (an approximation).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from easyvideor1.models.families import get_family
+from easyvideor1.training.model_shapes import ModelShape
+from easyvideor1.training.recompute import gradient_checkpointing
+
+GIB = 2**30
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+BACKWARD_MLP = 2  # transient [tokens, I] tensors of the backward pass (gradients of gate/up outputs)
+RUNTIME_GIB = 2.0  # CUDA context, NCCL buffers and allocator slack per GPU
+VLLM_ASLEEP_GIB = 1.0  # what a sleeping colocated vLLM keeps (CUDA graphs, context)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """The settings of a run that decide its memory (what `from_config` reads of a `Config`)."""
+
+    gpus: int
+    """Processes, one per GPU."""
+    gpu_gib: float
+    """Memory of one GPU, GiB."""
+    compute_bytes: int
+    """Bytes of the compute dtype (`model.dtype`)."""
+    prompt_tokens: int
+    """Tokens of a prompt (`data.max_prompt_tokens`: the longest prompt a run admits)."""
+    vision_tokens: int
+    """LLM tokens of a prompt that come from its video / images (the vision tower runs on merge^2 x as many patches)."""
+    response_tokens: int
+    """Tokens of a response (`rollout.max_tokens`)."""
+    n: int
+    """Responses per prompt."""
+    micro_batch_size: int
+    """Responses per micro-batch (when `micro_batch_tokens` is 0)."""
+    micro_batch_tokens: int
+    """Token budget of a micro-batch (0: `micro_batch_size`)."""
+    shared_prefix: bool
+    """A group's prompt runs once per micro-batch."""
+    sequence_parallel: int
+    """Ulysses degree: each row's tokens split over that many GPUs."""
+    checkpointing: bool
+    """Gradient checkpointing."""
+    chunk: int
+    """`training.logprob_chunk_size`."""
+    entropy: bool
+    """The update computes entropies (entropy_coef > 0)."""
+    adam: bool
+    """AdamW (two float32 moments) rather than plain SGD."""
+    reference: bool
+    """A separate reference model is resident (KL on, full fine-tuning)."""
+    lora_rank: int
+    """LoRA rank (0: full fine-tuning)."""
+    lora_targets: tuple[str, ...]
+    """LoRA target module names (empty: every language-model linear)."""
+    freeze_vision: bool
+    """The vision tower trains no parameters."""
+    vllm: bool
+    """Colocated vLLM generates (`rollout.engine: vllm`)."""
+    vllm_share: float
+    """`rollout.gpu_memory_utilization`."""
+    vllm_sleep: bool
+    """vLLM sleeps during the update."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Bytes per GPU of each part, the two phases' totals and the verdict."""
+
+    rows: tuple[tuple[str, float], ...]
+    """(what, bytes) in display order."""
+    activations: dict[bool, float]
+    """Activations saved + layer backward, with (True) and without (False) gradient checkpointing."""
+    update: float
+    """Peak bytes of the update phase (state + activations + logits + sleeping vLLM + runtime)."""
+    rollout: float
+    """Peak bytes of the rollout phase (params + optimizer + reference + vLLM's share + runtime)."""
+    tokens: int
+    """Tokens of one micro-batch row per GPU."""
+    capacity: float
+    """Bytes of one GPU."""
+
+    @property
+    def fits(self) -> bool:
+        return max(self.update, self.rollout) <= self.capacity
+
+
+def layer_bytes(s: ModelShape, c: int) -> float:
+    """Bytes a decoder layer saves for backward per token (module docstring)."""
+    h, g, d, H = s.heads, s.kv_heads, s.head_dim, s.hidden
+    norms = 2 * (4 * H + 4 + 2 * c * H)
+    attention = c * (2 * h + 2 * g) * d + 4 * h
+    qk_norm = ((4 + c) * (h + g) * d + 4 * (h + g)) if s.qk_norm else 0
+    return norms + attention + qk_norm + 4 * c * s.intermediate
+
+
+def row_bytes(s: ModelShape, c: int) -> float:
+    """Bytes saved once per token of the row, outside the layers: cos/sin, final norm, ids."""
+    return 2 * c * s.head_dim + 4 * s.hidden + 4 + c * s.hidden + 8
+
+
+def vision_block_bytes(s: ModelShape, c: int) -> float:
+    """Bytes a vision block saves per patch (module docstring)."""
+    W, I = s.vision_hidden, s.vision_intermediate
+    return 2 * (4 * W + 4) + c * 11 * W + c * (4 if s.vision_gated else 2) * I
+
+
+def patch_bytes(s: ModelShape, c: int) -> float:
+    """Bytes saved once per patch outside the blocks: the pixels (patch embedding's input), RoPE's
+    cos and sin, the merger's norm (4W + 4 + cW) and MLP (3cW per patch)."""
+    W = s.vision_hidden
+    return c * s.patch_values + 2 * c * W // s.vision_heads + 4 * W + 4 + 4 * c * W
+
+
+def text_activations(s: ModelShape, c: int, tokens: int, checkpointing: bool) -> tuple[float, float]:
+    """(saved, working) bytes of the language model over a row of `tokens`: what forward keeps
+    until backward, and what backward adds while one layer is done (recomputed with checkpointing)."""
+    layer = layer_bytes(s, c)
+    saved = s.layers * (c * s.hidden if checkpointing else layer) + row_bytes(s, c)
+    working = (layer if checkpointing else 0) + BACKWARD_MLP * c * s.intermediate
+    return tokens * saved, tokens * working
+
+
+def logits_bytes(s: ModelShape, c: int, rows: int, entropy: bool) -> float:
+    """Peak bytes of one chunk of the log-prob head in backward (module docstring)."""
+    return rows * s.vocab * (12 + (c if c < 4 else 0) + (8 if entropy else 0))
+
+
+def vision_activations(s: ModelShape, c: int, patches: int, checkpointing: bool) -> tuple[float, float]:
+    """(saved, working) bytes of the vision tower over `patches` (as `text_activations`)."""
+    block = vision_block_bytes(s, c)
+    return (patches * (s.vision_layers * (c * s.vision_hidden if checkpointing else block) + patch_bytes(s, c)),
+            patches * block if checkpointing else 0.0)
+
+
+def row_shape(w: Workload) -> tuple[int, int, int]:
+    """(tokens, prompts, response tokens) of one micro-batch row, before sequence parallelism."""
+    p, r = w.prompt_tokens, w.response_tokens
+    if w.micro_batch_tokens:
+        unit = (p + w.n * r) if w.shared_prefix else (p + r)
+        responses = w.n if w.shared_prefix else 1
+        per = max(1, w.micro_batch_tokens // unit)
+        return max(w.micro_batch_tokens, unit), per, per * responses * r
+    m = w.micro_batch_size
+    if not w.shared_prefix:
+        return m * (p + r), m, m * r
+    prompts = -(-m // w.n) + (0 if (w.n % m == 0 or m % w.n == 0) else 1)  # a cut group adds a prompt
+    return min(prompts, m) * p + m * r, min(prompts, m), m * r
+
+
+def trainable(s: ModelShape, w: Workload) -> tuple[float, float]:
+    """(trainable parameters, frozen parameters)."""
+    if w.lora_rank:
+        adapters = sum(w.lora_rank * (i + o) for name, i, o in s.lora_candidates
+                       if ".language_model." in f".{name}" and (not w.lora_targets or name.split(".")[-1] in w.lora_targets))
+        return adapters, s.parameters
+    frozen = s.vision_parameters if w.freeze_vision else 0
+    return s.parameters - frozen, frozen
+
+
+def plan_memory(s: ModelShape, w: Workload) -> Plan:
+    """The memory plan of `w` on `s` (module docstring)."""
+    c, gpus, k = w.compute_bytes, w.gpus, w.sequence_parallel
+    train, frozen = trainable(s, w)
+    if w.lora_rank:
+        params = (c * frozen + 4 * train) / gpus
+    else:
+        params = (4 * (train + frozen)) / gpus
+    grads, optim = 4 * train / gpus, (8 * train / gpus if w.adam else 0.0)
+    gather = 3 * s.largest_unit * c if gpus > 1 or c != 4 else 0.0
+    reference = c * s.parameters / gpus if w.reference and not w.lora_rank else 0.0
+    tokens, prompts, responses = row_shape(w)
+    per_gpu = -(-tokens // k)
+    patches = -(-prompts * w.vision_tokens * s.merge**2 // k)
+    act = {}  # checkpointing -> (saved, working)
+    for ck in (True, False):
+        (text, text_work), (vision, vision_work) = (text_activations(s, c, per_gpu, ck),
+                                                    vision_activations(s, c, patches, ck))
+        act[ck] = (text + vision, max(text_work, vision_work))
+    logits = logits_bytes(s, c, min(w.chunk, max(1, responses // k)), w.entropy)
+    runtime = RUNTIME_GIB * GIB
+    capacity = w.gpu_gib * GIB
+    vllm_update = 0.0 if not w.vllm else (VLLM_ASLEEP_GIB * GIB if w.vllm_sleep else w.vllm_share * capacity)
+    vllm_rollout = w.vllm_share * capacity if w.vllm else 0.0
+    saved, working = act[w.checkpointing]
+    rows = (("parameters", params), ("gradients", grads), ("optimizer states", optim), ("FSDP buffers", gather),
+            ("reference model", reference), ("activations", saved), ("layer backward", working),
+            ("logits chunk", logits), ("vLLM during update", vllm_update), ("vLLM during rollout", vllm_rollout),
+            ("runtime", runtime))
+    # a layer's backward and the head's chunk never run at once: the larger of the two counts
+    update = params + grads + optim + gather + reference + saved + max(working, logits) + vllm_update + runtime
+    rollout = params + optim + reference + vllm_rollout + runtime  # gradients freed after the step
+    return Plan(rows, {ck: sum(v) for ck, v in act.items()}, update, rollout, per_gpu, capacity)
+
+
+def _sp_choices(s: ModelShape, w: Workload) -> list[int]:
+    return [k for k in range(w.sequence_parallel + 1, w.gpus + 1)
+            if w.gpus % k == 0 and s.heads % k == 0]
+
+
+def advice(s: ModelShape, w: Workload) -> list[str]:
+    """Settings to change, in the order to try them: each one that alone makes the plan fit."""
+    out = []
+    if not plan_memory(s, w).fits:
+        fits = lambda **changes: plan_memory(s, replace(w, **changes)).fits  # noqa: E731
+        if not w.checkpointing and fits(checkpointing=True):
+            out.append("model.gradient_checkpointing=true")
+        if not w.micro_batch_tokens:
+            for m in range(w.micro_batch_size - 1, 0, -1):
+                if fits(micro_batch_size=m):
+                    out.append(f"training.micro_batch_size={m}")
+                    break
+        for k in _sp_choices(s, w):
+            if fits(sequence_parallel=k):
+                out.append(f"training.sequence_parallel_size={k}")
+                break
+        if w.vllm and not w.vllm_sleep and fits(vllm_sleep=True):
+            out.append("rollout.sleep=true")
+        if w.vllm:
+            for share in (x / 20 for x in range(int(w.vllm_share * 20) - 1, 1, -1)):
+                if fits(vllm_share=share):
+                    out.append(f"rollout.gpu_memory_utilization={share:.2f}")
+                    break
+        if w.chunk > 128 and fits(chunk=w.chunk // 4):
+            out.append(f"training.logprob_chunk_size={w.chunk // 4}")
+        if not w.freeze_vision and not w.lora_rank and fits(freeze_vision=True):
+            out.append("model.freeze_vision=true")
+        if not out:  # no single change is enough: the same ones together, in this order, until it fits
+            out.append(_together(s, w))
+    return out
+
+
+def _together(s: ModelShape, w: Workload) -> str:
+    """The settings of `advice`, applied one after the other until the plan fits."""
+    sp = max([w.sequence_parallel, *_sp_choices(s, w)])
+    steps = [("model.gradient_checkpointing=true", {"checkpointing": True}, not w.checkpointing),
+             ("training.micro_batch_size=1", {"micro_batch_size": 1}, not w.micro_batch_tokens and w.micro_batch_size > 1),
+             (f"training.sequence_parallel_size={sp}", {"sequence_parallel": sp}, sp > w.sequence_parallel),
+             ("rollout.sleep=true", {"vllm_sleep": True}, w.vllm and not w.vllm_sleep),
+             ("rollout.gpu_memory_utilization=0.30", {"vllm_share": 0.3}, w.vllm and w.vllm_share > 0.3),
+             ("model.freeze_vision=true", {"freeze_vision": True}, not w.freeze_vision and not w.lora_rank)]
+    names = []
+    for name, change, useful in steps:
+        if useful:
+            w = replace(w, **change)
+            names.append(name)
+            if plan_memory(s, w).fits:
+                return "together: " + " ".join(names)
+    return "none of these settings is enough: more GPUs, LoRA (model.lora.rank) or a smaller model"
+
+
+def from_config(cfg, shape: ModelShape, gpus: int, gpu_gib: float, vision_tokens: int | None = None) -> Workload:
+    """The `Workload` of a training `Config` on `gpus` GPUs of `gpu_gib` GiB each."""
+    t, r = cfg.training, cfg.rollout
+    return Workload(
+        gpus=gpus, gpu_gib=gpu_gib, compute_bytes=DTYPE_BYTES[cfg.model.dtype],
+        prompt_tokens=cfg.data.max_prompt_tokens,
+        vision_tokens=min(cfg.data.max_prompt_tokens,
+                          video_tokens(cfg.vision, shape) if vision_tokens is None else vision_tokens),
+        response_tokens=r.max_tokens, n=r.n, micro_batch_size=t.micro_batch_size,
+        micro_batch_tokens=t.micro_batch_tokens, shared_prefix=t.shared_prefix,
+        sequence_parallel=t.sequence_parallel_size, checkpointing=gradient_checkpointing(cfg)[0],
+        chunk=t.logprob_chunk_size, entropy=cfg.algorithm.entropy_coef > 0, adam=t.optimizer == "adamw",
+        reference=cfg.algorithm.needs_reference, lora_rank=cfg.model.lora.rank,
+        lora_targets=tuple(cfg.model.lora.target_modules), freeze_vision=cfg.model.freeze_vision,
+        vllm=r.engine == "vllm", vllm_share=r.gpu_memory_utilization, vllm_sleep=r.sleep)
+
+
+def video_tokens(vision, shape: ModelShape) -> int:
+    """LLM tokens of the longest video the vision section admits: `max_frames` frames of at most
+    `video_max_pixels` each (and `video_total_pixels` over all), one token per merged patch pair."""
+    family = get_family(vision.family)
+    per_frame = min(vision.video_max_pixels, vision.video_total_pixels // max(1, vision.max_frames))
+    return (vision.max_frames // family.temporal_patch_size) * (per_frame // family.grid_factor**2)
+
+
+def render_plan(s: ModelShape, w: Workload, p: Plan, fixes: list[str]) -> str:
+    """The table `easyvideor1 plan` prints, then the verdict."""
+    gib = lambda b: f"{b / GIB:8.2f}"  # noqa: E731
+    tokens, prompts, responses = row_shape(w)
+    lines = [f"model: {s.source}: {s.parameters / 1e9:.2f}B parameters ({s.vision_parameters / 1e9:.2f}B vision), "
+             f"{s.layers} layers, hidden {s.hidden}, {s.heads}/{s.kv_heads} heads, vocab {s.vocab}",
+             f"micro-batch row: {tokens} tokens ({prompts} prompt(s) of {w.prompt_tokens}, {w.vision_tokens} of them "
+             f"vision, + {responses} response tokens), {p.tokens} per GPU at sequence parallel {w.sequence_parallel}",
+             f"per GPU, {w.gpus} GPUs of {w.gpu_gib:g} GiB:", f"  {'what':<22}{'GiB':>8}"]
+    for name, value in p.rows:
+        if name == "activations":
+            lines.append(f"  {name:<22}{gib(value)}   (saved for backward; with the layer backward below, gradient "
+                         f"checkpointing on {p.activations[True] / GIB:.2f}, off {p.activations[False] / GIB:.2f})")
+        elif name == "logits chunk":
+            lines.append(f"  {name:<22}{gib(value)}   (runs apart from a layer's backward: the larger counts)")
+        else:
+            lines.append(f"  {name:<22}{gib(value)}")
+    lines += [f"  {'update peak':<22}{gib(p.update)}", f"  {'rollout peak':<22}{gib(p.rollout)}"]
+    head = max(p.update, p.rollout)
+    if p.fits:
+        lines.append(f"verdict: fits ({head / GIB:.1f} of {w.gpu_gib:g} GiB, {(p.capacity - head) / GIB:.1f} GiB spare)")
+    else:
+        phase = "update" if p.update >= p.rollout else "rollout"
+        lines.append(f"verdict: does not fit: the {phase} needs {head / GIB:.1f} GiB of {w.gpu_gib:g}; change first: "
+                     + (fixes[0] + (f" (or else, in this order: {', '.join(fixes[1:])})" if fixes[1:] else "")
+                        if fixes else "nothing found"))
+    return "\n".join(lines)
