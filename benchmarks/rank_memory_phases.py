@@ -14,7 +14,9 @@ start-up (`build_run`), train (`train`, less the phases inside it), save (`check
 resume (`maybe_resume`), export (`export_hf`). Method: at each phase boundary the rank reads its
 peak RSS (`VmHWM` in /proc/self/status), returns freed heap pages to the OS (glibc `malloc_trim`)
 and resets the peak (`echo 5 > /proc/self/clear_refs`), so each figure is the exact peak of that
-phase alone, and its rise above the phase's entry RSS is what the phase itself added (Linux >= 4.0). Heavy imports are done before the
+phase alone, and its rise above the phase's entry RSS is what the phase itself added (Linux >= 4.0).
+The ranks run with `MALLOC_MMAP_THRESHOLD_` fixed (see `MMAP_THRESHOLD`), so freed large buffers
+leave RSS. Heavy imports are done before the
 CLI starts (and the processor is loaded once, for its imports), so start-up measures loading,
 not importing.
 
@@ -40,6 +42,11 @@ import tempfile
 from pathlib import Path
 
 GIB = 1 << 30
+# glibc serves buffers above this with mmap and returns them on free. Its default threshold grows
+# with each freed large buffer, after which FSDP's freed all-gather outputs fragment the heap
+# and RSS shows a whole gathered model that is no longer live (a CPU allocator artefact; a GPU's
+# caching allocator reuses the blocks). Fixed, RSS follows live memory.
+MMAP_THRESHOLD = 128 << 10
 # function name -> (its file's ending, phase); time outside all of them is "other"
 PHASES = {"build_run": ("training/setup.py", "start-up"), "train": ("training/trainer.py", "train"),
           "checkpoint_run": ("training/trainer.py", "save"), "maybe_resume": ("training/trainer.py", "resume"),
@@ -193,7 +200,7 @@ def _config(work: Path, model: Path, save: bool) -> Path:
 
 def run_ranks(work: Path, procs: int, argv: list[str], until: str | None, tag: str) -> list[dict]:
     """`torchrun --nproc-per-node procs` of this script as the ranks; their phase figures."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "MALLOC_MMAP_THRESHOLD_": str(MMAP_THRESHOLD),
            "RANK_MEMORY_OUT": str(work / f"rss-{tag}"), "RANK_MEMORY_MODEL": str(work / "model")}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(procs),
            __file__, "--rank-worker", *(["--until", until] if until else []), "--", *argv]
