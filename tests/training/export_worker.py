@@ -1,7 +1,7 @@
 """Worker of test_export_stream.py: a tiny policy (LoRA with non-zero adapters, or full), made the
 same way in every process, sharded by FSDP2 under torchrun, written by `write_hf` in bf16.
 
-    python export_worker.py MODEL_DIR OUT_DIR full|lora SHARD_BYTES
+    python export_worker.py MODEL_DIR OUT_DIR CASE[,CASE] SHARD_BYTES    CASE: full | lora (OUT_DIR/CASE)
 """
 
 from __future__ import annotations
@@ -32,8 +32,9 @@ def policy(path: str, case: str):
 def main() -> None:
     path, out, case, shard_bytes = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
     init_distributed(need_group=True)
-    model = shard(policy(path, case), param_dtype=torch.bfloat16)
-    write_hf(model, load_processor(path), "bfloat16", out, shard_bytes=shard_bytes)
+    for name in case.split(","):
+        model = shard(policy(path, name), param_dtype=torch.bfloat16)
+        write_hf(model, load_processor(path), "bfloat16", f"{out}/{name}", shard_bytes=shard_bytes)
 
 
 if __name__ == "__main__":

@@ -34,17 +34,24 @@ def previous_export(path, case, out):
     skeleton.save_pretrained(out, state_dict=state)
 
 
-@pytest.mark.parametrize("case", ["lora", "full"])
-def test_two_process_stream_equals_previous_export(tmp_path, case):
-    from transformers import AutoModelForImageTextToText
-
-    path = build_tiny_model("qwen2_5_vl", tmp_path / "model", tie_embeddings=True)
-    out = tmp_path / "streamed"
+@pytest.fixture(scope="module")
+def streamed(tmp_path_factory):
+    """Both cases written by one torchrun of 2 processes."""
+    root = tmp_path_factory.mktemp("stream")
+    path = build_tiny_model("qwen2_5_vl", root / "model", tie_embeddings=True)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                        str(WORKER), str(path), str(out), case, str(40_000)],
+                        str(WORKER), str(path), str(root / "streamed"), "lora,full", str(40_000)],
                        capture_output=True, text=True, env=env, timeout=900)
     assert p.returncode == 0, p.stderr[-3000:]
+    return path, root / "streamed"
+
+
+@pytest.mark.parametrize("case", ["lora", "full"])
+def test_two_process_stream_equals_previous_export(tmp_path, streamed, case):
+    from transformers import AutoModelForImageTextToText
+
+    path, out = streamed[0], streamed[1] / case
     index = json.loads((out / "model.safetensors.index.json").read_text())
     files = sorted({f for f in index["weight_map"].values()})
     assert len(files) > 3 and all((out / f).is_file() for f in files)
