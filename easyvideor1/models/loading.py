@@ -37,12 +37,17 @@ def _load(path: str | Path, dtype, attn_implementation: str, device: str | torch
             f"no config.json in {path}: expected a local HF model directory "
             f"(build one with `easyvideor1 tiny-model --family qwen2_5_vl --out {path}`)"
         )
-    model = AutoModelForImageTextToText.from_pretrained(
-        path, dtype=resolve_dtype(dtype), attn_implementation=attn_implementation
-    )
+    if torch.device(device).type == "meta":  # built, not read: `models.meta_init.fill_weights` loads it
+        from easyvideor1.models.meta_init import empty_model
+
+        model = empty_model(path, resolve_dtype(dtype), attn_implementation)
+    else:
+        model = AutoModelForImageTextToText.from_pretrained(
+            path, dtype=resolve_dtype(dtype), attn_implementation=attn_implementation
+        )
     if attn_implementation == "sdpa":  # the vision tower: one call per window size, not per window
         use_window_attention(model)
-    return model.to(device)
+    return model if torch.device(device).type == "meta" else model.to(device)
 
 
 def load_policy(
@@ -53,7 +58,8 @@ def load_policy(
     gradient_checkpointing: bool = False,
     device: str | torch.device = "cpu",
 ):
-    """The trainable policy in train mode.
+    """The trainable policy in train mode (`device="meta"`: built without weights, for
+    `models.meta_init.fill_weights` after sharding).
 
     `freeze_vision` turns off gradients of the whole vision tower (patch embedding, blocks,
     merger, deepstack mergers); the tower still runs in every forward. `gradient_checkpointing`

@@ -60,12 +60,43 @@ def apply_lora(model, rank: int, alpha: float, dropout: float = 0.0, target_modu
     model.requires_grad_(False)
     config = LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=dropout, target_modules=targets,
                         modules_to_save=list(modules_to_save) or None, bias="none")
-    model.add_adapter(config, adapter_name=ADAPTER)
+    with _adapters_kept_real(model, targets):
+        model.add_adapter(config, adapter_name=ADAPTER)
     if base_dtype is not None:
         for p in model.parameters():
             if not p.requires_grad and p.is_floating_point():
                 p.data = p.data.to(base_dtype)
     return model
+
+
+@contextmanager
+def _adapters_kept_real(model, targets: list[str]):
+    """On a meta-device model (`models.meta_init`), peft draws each adapter on the CPU and then
+    moves it to its base weight's device, losing the values. Inside the block each targeted meta
+    weight is a CPU stand-in of the same shape and dtype with no storage (stride 0), so the adapters
+    stay as drawn, from the same RNG draws as on a loaded model; the meta weights are put back."""
+    swapped = []
+    for name in targets:
+        module = model.get_submodule(name)
+        weight = module.weight
+        if weight.is_meta:
+            stand_in = torch.zeros((), dtype=weight.dtype).expand(weight.shape)
+            module.weight = torch.nn.Parameter(stand_in, requires_grad=weight.requires_grad)
+            swapped.append((module, weight))
+    try:
+        yield
+    finally:
+        for module, weight in swapped:
+            weight.requires_grad_(module.weight.requires_grad)
+            module.weight = weight
+
+
+def base_name(name: str) -> str:
+    """The HF name (as in the base checkpoint) a parameter of an adapted model starts from: the
+    base weight of an adapted Linear, either copy of a `modules_to_save` module."""
+    for part in (".base_layer.", f".modules_to_save.{ADAPTER}.", ".original_module."):
+        name = name.replace(part, ".")
+    return name
 
 
 def has_adapters(model) -> bool:

@@ -6,6 +6,7 @@ LoRA policy also as a PEFT adapter folder: at the end of training (`export_hf`,
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -15,40 +16,73 @@ from easyvideor1.config import Config
 from easyvideor1.models.loading import load_policy, load_processor, resolve_dtype
 from easyvideor1.models.lora import apply_lora, has_adapters, merged_state_items, save_adapter, trainable_state
 from easyvideor1.training.checkpoint import read_weights
-from easyvideor1.training.fsdp import full_state_dict
+from easyvideor1.training.hf_shards import SHARD_BYTES, ShardWriter
 from easyvideor1.training.run import Run
 from easyvideor1.training.shards import shard_files
 
 
-def write_hf(model, processor, dtype: str, out_dir: str | Path) -> Path | None:
+def _gathered(model) -> Iterator[tuple[str, torch.Tensor]]:
+    """(name, whole tensor) of `model`'s state dict, one at a time (under FSDP2 each is an
+    all-gather: every rank must run through all of it)."""
+    for name, tensor in model.state_dict().items():
+        yield name, tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor.detach()
+
+
+def _skeleton(model):
+    """A weightless model of `model`'s architecture (same config), as `from_pretrained` builds it."""
+    from transformers import AutoModelForImageTextToText
+
+    with torch.device("meta"):  # a copy: the vision tower's attention name is the loaded model's own
+        skeleton = AutoModelForImageTextToText.from_config(copy.deepcopy(model.config), attn_implementation="sdpa")
+    skeleton.generation_config = model.generation_config
+    return skeleton
+
+
+def _names_on_disk(skeleton, names: list[str]) -> dict[str, str]:
+    """Model name -> the name `save_pretrained` writes (the checkpoint format transformers knows
+    for the architecture, e.g. Qwen2.5-VL's `model.layers.*`, `visual.*`)."""
+    from transformers.core_model_loading import revert_weight_conversion
+
+    marks = {name: torch.empty(0) for name in names}
+    by_id = {id(t): name for name, t in marks.items()}
+    return {by_id[id(t)]: disk for disk, t in revert_weight_conversion(skeleton, marks).items()}
+
+
+def write_hf(model, processor, dtype: str, out_dir: str | Path, shard_bytes: int = SHARD_BYTES) -> Path | None:
     """Write config, safetensors weights (in `dtype`) and the processor to `out_dir` (rank 0);
     all ranks call. A LoRA policy is written merged (`models.lora.merged_state_items`): a plain
-    model of the base's architecture, with no peft needed to load it."""
+    model of the base's architecture, with no peft needed to load it.
+
+    Streamed: every rank gathers one whole tensor at a time (a collective), rank 0 casts it and
+    adds it to a safetensors file of at most `shard_bytes` (`hf_shards.ShardWriter`), the others
+    drop it at once; no rank ever holds the merged model."""
     adapted = has_adapters(model)
-    state = dict(merged_state_items(model)) if adapted else full_state_dict(model)
-    if distributed.rank() != 0:
-        return None
     # Written in the compute dtype (`model.dtype`), as released checkpoints are, not in the
     # float32 of the master weights.
     dt = resolve_dtype(dtype)
-    state = {k: v.cpu().to(dt) if v.is_floating_point() else v.cpu() for k, v in state.items()}
+    rank0 = distributed.rank() == 0
+    skeleton = _skeleton(model)
+    owners: dict[int, list[str]] = {}  # a tied pair (one process) is written once, as from_pretrained reads it
+    for name, p in model.named_parameters(remove_duplicate=False):
+        owners.setdefault(id(p), []).append(name)
+    skip = {alias for names in owners.values() for alias in names[1:]}
+    disk = _names_on_disk(skeleton, list(skeleton.state_dict())) if rank0 else {}
+    writer = ShardWriter(out_dir, shard_bytes) if rank0 else None
+    for name, tensor in merged_state_items(model) if adapted else _gathered(model):
+        if writer is not None and name not in skip:
+            tensor = tensor.cpu()
+            writer.add(disk.get(name, name), tensor.to(dt) if tensor.is_floating_point() else tensor)
+        del tensor
+    if writer is None:
+        return None
+    writer.close()
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    if adapted:
-        # save_pretrained on the adapted model writes the adapter only: save through a weightless
-        # skeleton of the base architecture (same config, same names on disk).
-        from transformers import AutoModelForImageTextToText
-
-        with torch.device("meta"):  # a copy: the vision tower's attention name is the loaded model's own
-            skeleton = AutoModelForImageTextToText.from_config(copy.deepcopy(model.config), attn_implementation="sdpa")
-        skeleton.generation_config = model.generation_config
-        model = skeleton
-    saved_dtype = model.config.dtype
-    model.config.dtype = dt
-    try:
-        model.save_pretrained(out, state_dict=state, safe_serialization=True)
-    finally:
-        model.config.dtype = saved_dtype
+    # config and generation config as save_pretrained writes them for the skeleton
+    skeleton.config.dtype = str(skeleton.dtype).split(".")[1]
+    skeleton.config.architectures = [type(skeleton).__name__]
+    skeleton.config.save_pretrained(out)
+    if skeleton.can_generate():
+        skeleton.generation_config.save_pretrained(out)
     processor.save_pretrained(out)
     return out
 

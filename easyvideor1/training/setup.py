@@ -21,6 +21,7 @@ from easyvideor1.algorithms.rollout_correction import resolve_rollout_correction
 from easyvideor1.models.families import Family, family_of
 from easyvideor1.models.loading import load_policy, load_processor, load_reference, resolve_dtype
 from easyvideor1.models.lora import ReferenceView, apply_lora, parameter_counts
+from easyvideor1.models.meta_init import WeightSource, fill_weights
 from easyvideor1.models.mrope import mrope_spec
 from easyvideor1.models.packing import packing_blocker, use_packed_attention
 from easyvideor1.models.shared_prefix import shared_prefix_blocker
@@ -174,15 +175,15 @@ def build_run(cfg: Config) -> Run:
     frames = FrameSource(cfg.vision, cfg.data.cache_dir, cfg.data.cache_mode)
 
     m = cfg.model
-    sharded = distributed.is_initialized()
-    load_device = "cpu" if sharded else device  # fully_shard moves each rank's shard to its device
+    # Built on the meta device, sharded, then each rank reads only its own rows (`models.meta_init`).
     # The policy's parameters and AdamW states are float32 (master weights); `model.dtype` is the
     # compute dtype, applied by FSDP2 (`shard(param_dtype=...)`). At lr 1e-6, bf16 parameters
     # would round most updates away.
     recompute, why = gradient_checkpointing(cfg)
     if rank == 0:
         log.info("gradient checkpointing: %s (%s)", "on" if recompute else "off", why)
-    model = load_policy(m.path, "float32", m.attn_implementation, m.freeze_vision, recompute, load_device)
+    model = load_policy(m.path, "float32", m.attn_implementation, m.freeze_vision, recompute, "meta")
+    weights = WeightSource(m.path, model)  # names and tied pairs as built, before LoRA and FSDP2
     family, spec = family_of(model.config), mrope_spec(model.config)
     if family.name != cfg.vision.family:
         raise ConfigError(f"model {m.path} is {family.name} but vision.family={cfg.vision.family}: the frame sizes "
@@ -195,7 +196,8 @@ def build_run(cfg: Config) -> Run:
     # LoRA's reference is the policy with its adapters off: no second copy of the weights.
     reference = (None if not cfg.algorithm.needs_reference
                  else ReferenceView(model) if lora.rank
-                 else load_reference(m.path, m.dtype, m.attn_implementation, load_device))
+                 else load_reference(m.path, m.dtype, m.attn_implementation, "meta"))
+    reference_weights = WeightSource(m.path, reference) if reference is not None and not lora.rank else None
     padding_free = padding_free_state(cfg, family, model, reference, rank)
     shared_prefix = shared_prefix_state(cfg, model, reference, rank)
     if padding_free or shared_prefix:  # before sharding; LoRA's ReferenceView shares the policy's config
@@ -208,6 +210,9 @@ def build_run(cfg: Config) -> Run:
     shard(model, param_dtype=None if compute_dtype == torch.float32 else compute_dtype, vision_unit=sp is not None)
     if reference is not None and not lora.rank:
         shard(reference, vision_unit=sp is not None)
+    fill_weights(model, weights, device)
+    if reference_weights is not None:
+        fill_weights(reference, reference_weights, device)
     # FSDP2 must know its roots first: the passes call the backbone and the head directly (and, under
     # sequence parallelism, the vision tower before the backbone)
     for m in (model, reference):
