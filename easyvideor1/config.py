@@ -113,7 +113,7 @@ class RolloutConfig:
     gpu_memory_utilization: float = 0.6
     """Fraction of GPU memory vLLM may take (colocated with training)."""
     limit_videos: int = 1
-    """Most videos per prompt for vLLM (it reserves encoder memory for them); samples over it are an error."""
+    """Most videos per prompt for vLLM (it reserves encoder memory for them); samples over it are an error. With rollout.tools the engine takes max_turns - 1 more (one per tool turn; a call past them is an error turn)."""
     limit_images: int = 2
     """Most images per prompt for vLLM (as limit_videos)."""
     enforce_eager: bool = False
@@ -140,8 +140,6 @@ class RolloutConfig:
         get_tools(self.tools)  # unknown names list the valid ones
         if self.max_turns < 1:
             raise ValueError(f"rollout.max_turns must be >= 1, got {self.max_turns}")
-        if self.tools and self.engine != "hf":
-            raise ValueError("rollout.tools runs with rollout.engine=hf only (the vLLM engine has no tool loop yet)")
         if min(self.tool_call_visual_tokens, self.tool_response_visual_tokens) < 1:
             raise ValueError("rollout.tool_call_visual_tokens and tool_response_visual_tokens must be >= 1")
 

@@ -43,6 +43,11 @@ class Prompt:
     batch, so seeds depend neither on the number of ranks nor on which samples failed to load."""
     padding: bool = False
     """A stand-in that keeps every rank's group count equal (`PromptBuilder.empty`): never trained on."""
+    placeholder_ids: list[int] | None = None
+    """A continuation of the tool loop: its token ids with each image and video one placeholder
+    token (as its text tokenises), for engines that expand placeholders themselves (vLLM), and
+    `frames` then holds the prompt's and the tool turns' media in sequence order. None: the
+    engine tokenises `inputs.prompt_text`."""
 
     @property
     def modality(self) -> str:

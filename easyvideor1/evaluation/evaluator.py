@@ -124,7 +124,8 @@ class Evaluator:
         except ValueError as e:
             raise ConfigError(str(e).replace("rollout.tools", "--tools")) from None
         if self.tools and engine != "hf":
-            raise ConfigError("--tools runs with --engine hf (the vLLM engine has no tool loop yet)")
+            raise ConfigError("--tools runs with --engine hf (eval's asynchronous vLLM engine has no tool loop yet; "
+                              "training's rollout.engine=vllm has one)")
         self.settings = dataclasses.replace(self.settings, tools=",".join(self.tools))
         # each benchmark renders its own prompt text (`prepare`)
         self.prompts = PromptBuilder(FrameSource(self.settings.vision, o.cache_dir, o.cache_mode), self.processor,

@@ -2,11 +2,14 @@
 
     headline table and bar chart of every benchmark
     per benchmark: its metrics, a table and a bar chart per breakdown, and sample responses,
-    right and wrong, each beside thumbnails of the frames the model saw
+    right and wrong, each beside thumbnails of the frames the model saw (`eval --tools` rows:
+    each model turn beside the frames its tool calls returned)
 
 The frames are sampled again with the run's stored frame budget (the `vision.*` keys of
 settings.json) through the same `FrameSource` the evaluation used (its cache when there is one),
-so they are the frames the model saw; where the media are gone the sample says why instead.
+so they are the frames the model saw; where the media are gone the sample says why instead. A
+row's tool calls are run again the same way (on the same frames, with the visual tokens each
+used), which gives the frames each call returned.
 `run.json` (written by `eval` beside settings.json, not hashed) tells where the samples are.
 The charts are inline SVG; the only script marks images that failed to load (and counts the
 loaded ones in `body[data-images-loaded]`, which the tests read through headless Chromium).
@@ -18,6 +21,7 @@ import html
 import json
 import logging
 import os
+import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -44,6 +48,7 @@ table{border-collapse:collapse;margin:8px 0 16px}td,th{border:1px solid #ccc;pad
 th{background:#f2f2f2}td.num{text-align:right}.note{background:#fff6d6;padding:6px 10px;border-left:4px solid #e0b000}
 .sample{border:1px solid #ddd;margin:8px 0;padding:8px}.right{border-left:6px solid #3a3}.wrong{border-left:6px solid #c33}
 .thumbs img{height:96px;margin-right:4px}.thumbs img.broken{outline:3px solid red}
+.turn{display:flex;gap:8px}.turn pre{flex:1;margin:4px 0}.tools{flex:1}.call{margin:4px 0}
 pre{white-space:pre-wrap;background:#f7f7f7;padding:6px;max-height:12em;overflow:auto}
 """
 _SCRIPT = """
@@ -125,6 +130,8 @@ class _Frames:
         self.vision = _vision(results_dir)
         self._samples: dict[str, dict[str, Any]] = {}
         self._source = None
+        self._clips = None  # rollout.tools.video_tools.ClipSource, made on the first tool call shown
+        self._media_memo: dict[int, list] = {}
 
     def samples(self, benchmark: str) -> dict[str, Any]:
         """{id: Sample} of a benchmark, or {} when its data cannot be found."""
@@ -148,29 +155,64 @@ class _Frames:
         if not sample.videos and not sample.images:
             return [], "text-only sample"
         try:
+            media = self._media(sample)
+        except Exception as e:  # noqa: BLE001 - a missing video is shown as such, not a broken page
+            return [], f"frames unavailable: {type(e).__name__}: {e}"
+        stem = f"{_safe(benchmark)}/{_safe(sample.problem_id)}"
+        return [p for m, frames in enumerate(media) for p in self._save(frames.pixels, f"{stem}_{m}")], ""
+
+    def _media(self, sample) -> list:
+        """The prompt's frames of `sample` (read once per sample)."""
+        key = id(sample)
+        if key not in self._media_memo:
             if self._source is None:
                 cache = self.run.get("cache_dir") if self.run else None
                 mode = self.run.get("cache_mode", "prefer_cache") if cache else "realtime"
                 self._source = self.make_source(self.vision, cache, "prefer_cache" if mode == "cache_only" else mode)
-            media = self._source.frames_for_sample(sample)
-        except Exception as e:  # noqa: BLE001 - a missing video is shown as such, not a broken page
-            return [], f"frames unavailable: {type(e).__name__}: {e}"
+            self._media_memo[key] = self._source.frames_for_sample(sample)
+        return self._media_memo[key]
+
+    def _save(self, pixels, stem: str) -> list[str]:
+        """Up to THUMBS of `pixels` ([T, 3, H, W] uint8), evenly spaced, as jpgs; their relative paths."""
         from PIL import Image
 
         paths = []
-        for m, frames in enumerate(media):
-            pixels = frames.pixels  # [T, 3, H, W] uint8
-            t = pixels.shape[0]
-            n = min(THUMBS, t)
-            picks = sorted({round(i * (t - 1) / max(1, n - 1)) for i in range(n)})  # n distinct, ends included
-            for k in picks:
-                image = Image.fromarray(pixels[k].permute(1, 2, 0).contiguous().numpy())
-                w = max(1, round(image.width * THUMB_HEIGHT / image.height))
-                rel = Path(FILES_DIR) / _safe(benchmark) / f"{_safe(sample.problem_id)}_{m}_{k}.jpg"
-                (self.out / rel).parent.mkdir(parents=True, exist_ok=True)
-                image.resize((w, THUMB_HEIGHT)).save(self.out / rel, quality=85)
-                paths.append(rel.as_posix())
-        return paths, ""
+        t = pixels.shape[0]
+        n = min(THUMBS, t)
+        picks = sorted({round(i * (t - 1) / max(1, n - 1)) for i in range(n)})  # n distinct, ends included
+        for k in picks:
+            image = Image.fromarray(pixels[k].permute(1, 2, 0).contiguous().numpy())
+            w = max(1, round(image.width * THUMB_HEIGHT / image.height))
+            rel = Path(FILES_DIR) / f"{stem}_{k}.jpg"
+            (self.out / rel).parent.mkdir(parents=True, exist_ok=True)
+            image.resize((w, THUMB_HEIGHT)).save(self.out / rel, quality=85)
+            paths.append(rel.as_posix())
+        return paths
+
+    def tool_thumbnails(self, benchmark: str, sample, index: int, call: dict) -> tuple[list[str], str]:
+        """Thumbnails of what tool call `index` of a row returned (the call run again on the
+        sample's video with the visual tokens it used, which gives the same frames), or ([], why)."""
+        if call.get("error"):
+            return [], f"error: {call['error']}"
+        if self.make_source is None or sample is None or self.vision is None:
+            return [], "frames not rendered"
+        from easyvideor1.models.families import get_family
+        from easyvideor1.rollout.tools.protocol import ToolContext
+        from easyvideor1.rollout.tools.registry import TOOLS, ParsedCall, run_call
+        from easyvideor1.rollout.tools.video_tools import ClipSource
+
+        try:
+            if self._clips is None:
+                self._clips = ClipSource(self.vision)
+            ctx = ToolContext(sample, self._media(sample), self._clips, get_family(self.vision.family),
+                              int(call.get("visual_tokens") or 0))
+            output, record = run_call(ParsedCall(call["name"], call.get("arguments") or {}), TOOLS, ctx)
+        except Exception as e:  # noqa: BLE001 - a missing video is shown as such, not a broken page
+            return [], f"frames unavailable: {type(e).__name__}: {e}"
+        if record.error is not None:
+            return [], f"frames unavailable: running the call again failed ({record.error})"
+        stem = f"{_safe(benchmark)}/{_safe(sample.problem_id)}_tool{index}"
+        return [p for m, frames in enumerate(output.media) for p in self._save(frames.pixels, f"{stem}_{m}")], ""
 
 
 def _safe(name: str) -> str:
@@ -187,7 +229,32 @@ def _sample_html(benchmark: str, row: ResultRow, frames: _Frames) -> str:
     return (f'<div class="sample {kind}"><b>{_e(row.id)}</b> &middot; {kind} &middot; {status}'
             f'<div class="thumbs">{imgs}</div><p>{question}</p>'
             f"<p>answer: <code>{_e(row.answer)}</code> &middot; prediction: <code>{_e(row.prediction)}</code></p>"
-            f"<pre>{_e(row.response)}</pre></div>")
+            f"{_turns_html(benchmark, row, sample, frames) if row.turns else f'<pre>{_e(row.response)}</pre>'}</div>")
+
+
+def _calls_in(text: str) -> int:
+    """How many calls the tool loop read from a turn (as `registry.parse_tool_calls` counts them)."""
+    closed = len(re.findall(r"<tool_call>.*?</tool_call>", text, re.S))
+    return closed + (text.count("<tool_call>") > closed)
+
+
+def _turns_html(benchmark: str, row: ResultRow, sample, frames: _Frames) -> str:
+    """A multi-turn response (`eval --tools`): each model turn beside the frames its calls returned."""
+    parts, k = [], 0
+    for turn in row.turns:
+        tools = []
+        for _ in range(_calls_in(turn)):
+            if k >= len(row.tool_calls):  # the last allowed turn's calls never ran
+                break
+            call = row.tool_calls[k]
+            thumbs, why = frames.tool_thumbnails(benchmark, sample, k, call)
+            args = json.dumps(call.get("arguments"), sort_keys=True)
+            imgs = "".join(f'<img src="{_e(p)}" alt="tool frame">' for p in thumbs) or f"<em>{_e(why)}</em>"
+            tools.append(f'<div class="call"><code>{_e(call.get("name"))}({_e(args)})</code> &middot; '
+                         f'{int(call.get("visual_tokens") or 0)} visual tokens<div class="thumbs">{imgs}</div></div>')
+            k += 1
+        parts.append(f'<div class="turn"><pre>{_e(turn)}</pre><div class="tools">{"".join(tools)}</div></div>')
+    return "".join(parts)
 
 
 def render(results_dir: str | os.PathLike, out_dir: str | os.PathLike, model: str, settings_hash: str | None,

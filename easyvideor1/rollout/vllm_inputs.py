@@ -27,10 +27,13 @@ def _image_item(frames):
 
 
 def request_for(prompt: Prompt) -> dict:
-    """vLLM's input for one prompt: chat-templated text + the media, untouched."""
+    """vLLM's input for one prompt: chat-templated text + the media, untouched. A tool-loop
+    continuation goes in as its placeholder token ids (`Prompt.placeholder_ids`): vLLM expands
+    every placeholder with its medium, wherever it is in the sequence."""
     videos = [_video_item(fr) for fr in prompt.frames if fr.metadata is not None]
     images = [_image_item(fr) for fr in prompt.frames if fr.metadata is None]
-    request: dict = {"prompt": prompt.inputs.prompt_text}
+    request: dict = ({"prompt": prompt.inputs.prompt_text} if prompt.placeholder_ids is None
+                     else {"prompt_token_ids": list(prompt.placeholder_ids)})
     mm = {}
     if videos:
         mm["video"] = videos if len(videos) > 1 else videos[0]

@@ -134,7 +134,7 @@ def _demo(args: argparse.Namespace) -> int:
     load_config(demo_config_path(), args.overrides)  # a wrong override fails here, before the model is built
     from easyvideor1.training.demo import run_demo
     run_demo(args.out, steps=args.steps, hybrid=not args.no_hybrid, seed=args.seed, asynchronous=args.asynchronous,
-             overrides=args.overrides, num_train=args.train_samples, num_val=args.val_samples)
+             overrides=args.overrides, num_train=args.train_samples, num_val=args.val_samples, tools=args.tools)
     return 0
 
 
@@ -200,6 +200,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="asynchronous training: a rollout process generates batch s+1 while the trainer updates "
                         "step s (rollout.placement=separate, training.max_staleness=1; one thread each)")
     p.add_argument("--seed", type=int, default=0, help="seed of the model, data and training")
+    p.add_argument("--tools", action="store_true",
+                   help="add the flash task and let the model call crop_video (multi-turn rollouts; "
+                        "val/tool_call_rate/flash in demo_results.json)")
     p.add_argument("--train-samples", type=int, default=DEMO_TRAIN, help="synthetic training samples")
     p.add_argument("--val-samples", type=int, default=DEMO_VAL, help="held-out samples (an equal share per task)")
     p.add_argument("overrides", nargs="*", help="extra config overrides, e.g. training.lr=1e-3")

@@ -16,7 +16,7 @@ from tqdm import tqdm
 
 from easyvideor1.config import demo_config_path, load_config
 from easyvideor1.data.loading import load_samples
-from easyvideor1.data.synth import CHANCE, DEMO_TRAIN, DEMO_TRAIN_MIX, DEMO_VAL, TASKS, write_suite
+from easyvideor1.data.synth import CHANCE, DEMO_TRAIN, DEMO_TRAIN_MIX, DEMO_VAL, OPT_IN_TASKS, TASKS, write_suite
 from easyvideor1.models.tiny import build_tiny_model
 from easyvideor1.training.report import write_training_report
 from easyvideor1.training.setup import build_run
@@ -31,6 +31,10 @@ ETA_FIRST = 20  # steps measured before the first ETA
 GROUNDING = ("when", "where")
 ASYNC_OVERRIDES = ["rollout.placement=separate", "training.max_staleness=1"]  # `demo --async`
 CLASSIFICATION = ("colour", "motion", "count", "presence", "image_colour", "image_count")
+# `demo --tools`: the flash task joins the suite (its share of training, 24 held-out samples like
+# every task) and the model may call crop_video: a call, a tool turn with the window's clip (16
+# visual tokens a frame) and the answer share `rollout.max_tokens`.
+TOOL_OVERRIDES = ["rollout.tools=[crop_video]", "rollout.max_turns=2", "rollout.max_tokens=400"]
 
 
 def demo_template_path() -> str:
@@ -55,11 +59,14 @@ def summary(metrics: dict[str, float]) -> tuple[float, float]:
 
 def _table(before: dict[str, float], after: dict[str, float]) -> str:
     lines = ["| task | metric | chance | before | after |", "| --- | --- | --- | --- | --- |"]
-    for task in TASKS:
+    for task in TASKS + tuple(t for t in OPT_IN_TASKS if f"val/accuracy/{t}" in after):
         metric = "mean IoU" if task in GROUNDING else "accuracy"
         chance = f"{CHANCE[task]:.2f}" if task in CHANCE else "~0"
         key = f"val/accuracy/{task}"
         lines.append(f"| {task} | {metric} | {chance} | {before.get(key, 0):.2f} | {after.get(key, 0):.2f} |")
+        if task in OPT_IN_TASKS and f"val/tool_call_rate/{task}" in after:
+            rate = f"val/tool_call_rate/{task}"
+            lines.append(f"| {task} | tool-call rate | | {before.get(rate, 0):.2f} | {after.get(rate, 0):.2f} |")
     (cls_b, grd_b), (cls, grd) = summary(before), summary(after)
     lines.append(f"| **classification (mean)** | accuracy | | {cls_b:.2f} | {cls:.2f} |")
     lines.append(f"| **grounding (mean)** | mean IoU | | {grd_b:.2f} | {grd:.2f} |")
@@ -98,11 +105,12 @@ class Eta:
 
 def run_demo(out: str | Path, steps: int | None = None, hybrid: bool = True, seed: int = 0,
              overrides: list[str] | None = None, num_train: int = DEMO_TRAIN, num_val: int = DEMO_VAL,
-             model_size: str = "tiny", asynchronous: bool = False) -> dict[str, float]:
+             model_size: str = "tiny", asynchronous: bool = False, tools: bool = False) -> dict[str, float]:
     """Run the whole demo under `out`; return the validation metrics after training.
 
     `asynchronous`: a rollout process generates and scores while the trainer updates, one step
-    stale (`ASYNC_OVERRIDES`).
+    stale (`ASYNC_OVERRIDES`). `tools`: the flash task joins the suite and responses may call
+    crop_video (`TOOL_OVERRIDES`; the default held-out count then grows to keep 24 per task).
 
     Trains a fixed number of steps (`steps`, default the demo config's `training.steps`), so one
     seed gives one table whatever the machine's speed or load."""
@@ -112,9 +120,13 @@ def run_demo(out: str | Path, steps: int | None = None, hybrid: bool = True, see
     print(f"[demo] 1/6 tiny model -> {out / 'model'}")
     model_dir = build_tiny_model("qwen2_5_vl", out / "model", seed=seed, size=model_size)
     print(f"[demo] 2/6 synthetic tasks -> {out / 'data'}")
-    paths = write_suite(out / "data", num_train=num_train, num_val=num_val, seed=seed, train_mix=DEMO_TRAIN_MIX)
+    tasks, mix = (TASKS + OPT_IN_TASKS, DEMO_TRAIN_MIX + OPT_IN_TASKS) if tools else (TASKS, DEMO_TRAIN_MIX)
+    if tools and num_val == DEMO_VAL:
+        num_val = DEMO_VAL // len(TASKS) * len(tasks)
+    paths = write_suite(out / "data", num_train=num_train, num_val=num_val, seed=seed, tasks=tasks, train_mix=mix)
     cfg = load_config(demo_config_path(), [
         *demo_overrides(model_dir, paths, out / "cache", out / "train", seed), f"hybrid.enable={str(hybrid).lower()}",
+        *(TOOL_OVERRIDES if tools else []),
         *([f"training.steps={steps}"] if steps is not None else []), *(ASYNC_OVERRIDES if asynchronous else []),
         *(overrides or [])])
     print(f"[demo] 3/6 frame cache -> {out / 'cache'}")

@@ -16,7 +16,8 @@ def task_of(sample) -> str:
 
 def validate(run: Run) -> dict[str, float]:
     """Mean accuracy / reward / format per task and overall on `run.val_samples` (greedy unless
-    `rollout.val_temperature` > 0). Samples that fail to load count as wrong."""
+    `rollout.val_temperature` > 0), and with `rollout.tools` the share of responses that called a
+    tool (`val/tool_call_rate/<task>`). Samples that fail to load count as wrong (and no call)."""
     cfg = run.cfg
     samples = run.val_samples[: cfg.training.val_max_samples or None]
     mine = samples[run.rank::run.world]
@@ -24,10 +25,13 @@ def validate(run: Run) -> dict[str, float]:
     params = run.rollouts.params(0, temperature=cfg.rollout.val_temperature)
     rollouts = run.rollouts.generate(prompts, 1, params)  # every rank joins: lockstep / TP groups
     responses = [grp[0].text for grp in rollouts]
+    tools = bool(cfg.rollout.tools)  # multi-turn: also the share of responses that called a tool
     results = run.rollouts.score_fn(responses, [p.sample for p in prompts]) if prompts else []
     sums: dict[str, list[float]] = defaultdict(list)
-    for prompt, res in zip(prompts, results):
+    for prompt, res, grp in zip(prompts, results, rollouts):
         for key in (task_of(prompt.sample), "all"):
+            if tools:
+                sums[f"val/tool_call_rate/{key}"].append(float(bool(grp[0].tool_calls)))
             sums[f"val/accuracy/{key}"].append(res.accuracy)
             sums[f"val/reward/{key}"].append(res.overall)
             sums[f"val/format/{key}"].append(res.format)
@@ -35,7 +39,7 @@ def validate(run: Run) -> dict[str, float]:
     for sample in mine:
         if sample.problem_id in failed:
             for key in (task_of(sample), "all"):
-                for name in ("accuracy", "reward", "format"):
+                for name in ("accuracy", "reward", "format") + (("tool_call_rate",) if tools else ()):
                     sums[f"val/{name}/{key}"].append(0.0)
     n_failed = len(failures)
     sums = gather_values(sums)  # every rank scored its share: the raw scores of all

@@ -4,6 +4,7 @@ frames the model saw (sampled again with the run's stored budget)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -18,6 +19,10 @@ from easyvideor1.evaluation.adapters import get_benchmark
 from easyvideor1.evaluation.html_report import write_run_info
 from easyvideor1.evaluation.report import write_report
 from easyvideor1.evaluation.results import ResultStore
+from easyvideor1.models.families import get_family
+from easyvideor1.rollout.tools.protocol import ToolContext
+from easyvideor1.rollout.tools.registry import TOOLS, ParsedCall, run_call
+from easyvideor1.rollout.tools.video_tools import ClipSource
 from easyvideor1.vision.cache import FrameSource
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
@@ -71,3 +76,37 @@ def test_html_report_renders_with_frames_in_chromium(tmp_path):
     assert f'data-images-loaded="{expected}/{expected}"' in proc.stdout  # every thumbnail decoded
     assert "CONSOLE" not in proc.stderr, proc.stderr  # no script errors or messages
     assert "Evaluation: tiny" in proc.stdout and "file-val" in proc.stdout
+
+
+def test_html_report_shows_the_frames_each_tool_call_returned(tmp_path):
+    """An `eval --tools` row: each model turn is shown beside the frames its calls returned (the
+    call run again on the sample's video), an erroring call beside its error, all escaped."""
+    data = write_suite(tmp_path / "data", num_train=0, num_val=1, tasks=("flash",))["val"]
+    out = tmp_path / "run"
+    settings = presets.settings("qwen2_5_vl_greedy", "models/tiny", "hf", overrides=presets.Overrides(
+        fps=1.0, max_frames=4, video_max_pixels=3136, image_max_pixels=3136))
+    bench = get_benchmark(str(data))
+    (sample,) = bench.load()
+    family = get_family(settings.vision.family)
+    ctx = ToolContext(sample, FrameSource(settings.vision).frames_for_sample(sample), ClipSource(settings.vision),
+                      family, 64)
+    call = ParsedCall("crop_video", {"start": 2.0, "end": 3.0})
+    output, record = run_call(call, TOOLS, ctx)
+    clip_frames = output.media[0].pixels.shape[0]
+    assert record.error is None and clip_frames > 4  # more frames than the prompt's 4
+    turns = ['<tool_call>\n{"name": "crop_video", "arguments": {"start": 2.0, "end": 3.0}}\n</tool_call>',
+             '<tool_call>{"name": "crop"}</tool_call> <b>bold</b>', "<answer>red</answer>"]
+    calls = [dataclasses.asdict(record), {"name": "crop", "arguments": {}, "error": "unknown tool 'crop'",
+                                          "visual_tokens": 0}]
+    row = dataclasses.replace(bench.result_row(sample, turns[-1]), turns=turns, tool_calls=calls)
+    with ResultStore.open(out, bench.name, settings) as store:
+        store.append(row)
+    write_run_info(out, None, {bench.name: str(data)}, None, "realtime")
+    write_report(out, make_source=FrameSource)
+    text = (out / "report.html").read_text()
+    tool_thumbs = re.findall(r'<img src="([^"]+)" alt="tool frame">', text)
+    assert len(tool_thumbs) == min(6, clip_frames) and all((out / t).is_file() for t in tool_thumbs)
+    assert all("_tool0_" in t for t in tool_thumbs)
+    assert text.count('<div class="turn">') == 3 and "&lt;b&gt;bold&lt;/b&gt;" in text and "<b>bold" not in text
+    assert "error: unknown tool &#x27;crop&#x27;" in text
+    assert f"{record.visual_tokens} visual tokens" in text

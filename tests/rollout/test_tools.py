@@ -229,3 +229,16 @@ def test_offline_trajectory_with_a_call_is_replayed_on_the_video(hf_tiny_dirs, c
                          temperature=1.0, banned_ids=tuple(engine.banned))
     logp = all_logprobs(tiny.model, batch, ctx)
     assert torch.isfinite(logp).all() and (logp[batch.response_mask] < 0).all()
+
+
+def test_a_call_past_the_engines_media_limit_is_an_error_turn(callers, clip):
+    """An engine with per-prompt media limits (vLLM's `limits`): a clip that would pass them comes
+    back as an error the model reads, counted like any bad call, and the loop goes on."""
+    tiny, prompt, model = callers("qwen2_5_vl")
+    tools = ToolEngine(HFEngine(model, tiny.processor, tiny.family, tiny.spec), tiny.processor, tiny.family,
+                       tiny.spec, TOOLS, ClipSource(vision_of("qwen2_5_vl")), ToolLimits(max_turns=2))
+    tools.media_limits = {"video": 1, "image": 2}  # the prompt's video fills it
+    ((r,),) = tools.generate([prompt], 1, SamplingParams(temperature=0, max_tokens=200))
+    assert r.turn_texts[0] == CALL and r.media.pixel_values_videos is None  # no clip came back
+    assert r.tool_calls[0].error == "over the media limit: the engine takes at most 1 videos"
+    assert r.tool_calls[0].visual_tokens == 0 and tool_metrics([[r]])["tools/errors"] >= 1

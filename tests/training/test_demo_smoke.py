@@ -42,3 +42,22 @@ def test_eta_warns_when_the_demo_would_pass_15_minutes(capsys):
     for step in range(1, 21):
         quick(step, {"time/wall": 1.0})
     assert "WARNING" not in capsys.readouterr().out
+
+
+def test_demo_with_tools_reports_the_flash_task(tmp_path):
+    """`demo --tools`: the flash task joins the suite, rollouts may call crop_video, and
+    demo_results.json reports flash's accuracy and tool-call rate (a tiny budget: the wiring)."""
+    out = tmp_path / "demo"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run([sys.executable, "-m", "easyvideor1.cli", "demo", "--tools", "--out", str(out), "--steps",
+                           "2", "--train-samples", "22", "--val-samples", "9"],
+                          capture_output=True, text=True, env=env, timeout=1800)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "| flash | accuracy | 0.25 |" in proc.stdout and "| flash | tool-call rate |" in proc.stdout
+    results = json.loads((out / "train" / "demo_results.json").read_text())
+    for when in ("before", "after"):
+        assert {"val/accuracy/flash", "val/tool_call_rate/flash"} <= set(results[when]), when
+    val = [json.loads(line) for line in (out / "data" / "val.jsonl").read_text().splitlines()]
+    assert sum(row["problem_id"].endswith("-flash") for row in val) == 1
+    metrics = [json.loads(line) for line in (out / "train" / "metrics.jsonl").read_text().splitlines()]
+    assert all("tools/calls_per_response" in m for m in metrics)

@@ -12,8 +12,14 @@ at a turn without a call ("stop"), at `rollout.max_tokens` over all its tokens (
 when its last allowed turn (`rollout.max_turns`) still calls a tool ("max_turns": no answer,
 text ""). Each continuation is a new prompt to the engine (its prefill is recomputed, its
 tokens are the ones sampled before: nothing is re-tokenised), so any engine that accepts
-`Prompt`s with mid-sequence media runs the loop; under FSDP every rank takes the same number of
-rounds (a rank with nothing live joins with no prompt, as the HF engine allows).
+`Prompt`s with mid-sequence media runs the loop: the HF engine reads `Prompt.inputs` (expanded
+ids, media, M-RoPE ids), vLLM `Prompt.placeholder_ids` (the same ids with each medium one
+placeholder token: the prompt's text tokenised once, the model turns' sampled ids as they are,
+each tool turn's text tokenised alone) and `Prompt.frames` (every medium in order), which it
+expands itself (its expansion is checked against `inputs.input_ids` token for token, and its
+M-RoPE ids come from the same ids and grids); a call whose media would pass the engine's
+per-prompt media limit is an error turn. Under FSDP every rank takes the same number of rounds
+(a rank with nothing live joins with no prompt, as the HF engine allows).
 Departure: turn k > 1 samples with seed `seed + k * TURN_SEED_STRIDE` (+ the response's offset).
 """
 
@@ -29,7 +35,7 @@ from easyvideor1.models.mrope import MRopeSpec
 from easyvideor1.prompts import Prompt
 from easyvideor1.records import Rollout, ToolCall
 from easyvideor1.rollout.base import SamplingParams, counts_per_prompt, sample_seeds
-from easyvideor1.rollout.tools.protocol import Tool, ToolContext
+from easyvideor1.rollout.tools.protocol import Tool, ToolContext, ToolOutput
 from easyvideor1.rollout.tools.registry import TOOLS, parse_tool_calls, run_call
 from easyvideor1.rollout.tools.turns import TurnMedia, encode_tool_turn, sequence_with_turns, tool_turn_text
 
@@ -57,6 +63,8 @@ class _Trajectory:
     texts: list[str] = field(default_factory=list)
     calls: list[ToolCall] = field(default_factory=list)
     media: TurnMedia | None = None
+    placeholder_ids: list[int] = field(default_factory=list)  # `tokens`, each tool medium one placeholder
+    tool_frames: list = field(default_factory=list)  # the tool turns' media (Frames), in order
     tool_turns: int = 0
     unanswered: bool = False  # its last turn called tools that never answered
     finish: str | None = None
@@ -67,14 +75,18 @@ class ToolEngine:
 
     def __init__(self, engine, processor, family: Family, spec: MRopeSpec, tools: dict[str, Tool], clips,
                  limits: ToolLimits):
-        """`engine`: the token engine (HF); `clips`: a `video_tools.ClipSource`."""
+        """`engine`: the token engine (HF or vLLM); `clips`: a `video_tools.ClipSource`."""
         self.engine, self.processor, self.family, self.spec = engine, processor, family, spec
         self.tools, self.clips, self.limits = tools, clips, limits
-        self.end_id = getattr(processor, "tokenizer", processor).convert_tokens_to_ids(END_OF_TURN)
+        self.tokenizer = getattr(processor, "tokenizer", processor)
+        self.end_id = self.tokenizer.convert_tokens_to_ids(END_OF_TURN)
+        self.prompt_ids: dict[int, list[int]] | None = None  # {id(prompt): its text's ids}, per generate
+        self.media_limits: dict[str, int] | None = getattr(engine, "limits", None)  # vLLM's per-prompt media
 
     def generate(self, prompts: list[Prompt], n: list[int] | int, params: SamplingParams) -> list[list[Rollout]]:
         """`n` multi-turn responses per prompt (see `RolloutEngine.generate`)."""
         counts = counts_per_prompt(prompts, n)
+        self.prompt_ids = None
         offsets = sample_seeds(counts, 0, [p.seed_offset for p in prompts])
         states = [[_Trajectory(p, offsets[i][j], self.limits.response_visual_tokens) for j in range(k)]
                   for i, (p, k) in enumerate(zip(prompts, counts))]
@@ -96,7 +108,13 @@ class ToolEngine:
 
     def _continuation(self, s: _Trajectory) -> Prompt:
         inputs = sequence_with_turns(s.prompt.inputs, s.tokens, None, s.media, self.family, self.spec, as_prompt=True)
-        return Prompt(sample=s.prompt.sample, frames=s.prompt.frames, inputs=inputs, seed_offset=s.seed_offset)
+        if self.prompt_ids is None:  # one tokenisation of the chat template's text per prompt
+            self.prompt_ids = {}
+        key = id(s.prompt)
+        if key not in self.prompt_ids:
+            self.prompt_ids[key] = self.tokenizer.encode(s.prompt.inputs.prompt_text, add_special_tokens=False)
+        return Prompt(sample=s.prompt.sample, frames=s.prompt.frames + s.tool_frames, inputs=inputs,
+                      seed_offset=s.seed_offset, placeholder_ids=self.prompt_ids[key] + s.placeholder_ids)
 
     def _after_turn(self, s: _Trajectory, r: Rollout, max_tokens: int) -> None:
         room = max_tokens - len(s.tokens)
@@ -104,6 +122,7 @@ class ToolEngine:
         if len(ids) > room:  # the round's budget is the largest left over all ranks' responses
             ids, logprobs, finish = ids[:room], logprobs[:room], "length"
         s.tokens += ids
+        s.placeholder_ids += ids
         s.mask += [True] * len(ids)
         s.logprobs += logprobs
         s.texts.append(r.text)
@@ -120,6 +139,9 @@ class ToolEngine:
             ctx = ToolContext(s.prompt.sample, s.prompt.frames, self.clips, self.family,
                               min(self.limits.call_visual_tokens, s.visual_left))
             output, record = run_call(call, self.tools, ctx)
+            over = self._over_media_limit(s, outputs + [output])
+            if over:
+                output, record = ToolOutput(f"Error: {over}"), replace(record, error=over, visual_tokens=0)
             s.visual_left -= record.visual_tokens
             s.calls.append(record)
             outputs.append(output)
@@ -129,10 +151,24 @@ class ToolEngine:
             s.finish = "length"
             return
         s.tokens += turn_ids.tolist()
+        s.placeholder_ids += self.tokenizer.encode(text, add_special_tokens=False)
+        s.tool_frames += [m for out in outputs for m in out.media]
         s.mask += [False] * len(turn_ids)
         s.logprobs += [0.0] * len(turn_ids)
         s.media = media if s.media is None else s.media.then(media)
         s.tool_turns += 1
+
+    def _over_media_limit(self, s: _Trajectory, outputs: list[ToolOutput]) -> str | None:
+        """Why the media of the prompt, earlier tool turns and `outputs` would pass the engine's
+        per-prompt limit (vLLM: `rollout.limit_videos` / `limit_images` + `max_turns` - 1), or None."""
+        if self.media_limits is None:
+            return None
+        media = s.prompt.frames + s.tool_frames + [m for out in outputs for m in out.media]
+        for kind, is_video in (("video", True), ("image", False)):
+            count = sum((m.metadata is not None) == is_video for m in media)
+            if count > self.media_limits.get(kind, 0):
+                return f"over the media limit: the engine takes at most {self.media_limits.get(kind, 0)} {kind}s"
+        return None
 
     def _rollout(self, index: int, s: _Trajectory) -> Rollout:
         return Rollout(prompt_index=index, token_ids=s.tokens, text="" if s.unanswered else s.texts[-1],
@@ -147,7 +183,7 @@ class ToolEngine:
         text = prompt.sample.offline_output or offline.text
         if "<tool_call>" not in text:
             return offline
-        tokenizer = getattr(self.processor, "tokenizer", self.processor)
+        tokenizer = self.tokenizer
         s = _Trajectory(prompt, 0, self.limits.response_visual_tokens)
         for segment in (p for p in re.split(r"(?<=</tool_call>)", text) if p):
             if s.finish is not None:
