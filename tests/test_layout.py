@@ -26,6 +26,9 @@ LAZY_IMPORTS = {
     "easyvideor1.curation.commands",
     "easyvideor1.data.commands",
     "easyvideor1.evaluation.commands",
+    # the HTML report runs a tool call again only for a page that shows tool turns, so that
+    # `easyvideor1 report` on other results never imports torch (the tools' frames need it)
+    "easyvideor1.evaluation.html_report",
     "easyvideor1.training.commands",
     "easyvideor1.vision.commands",
 }

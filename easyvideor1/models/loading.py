@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 
+from easyvideor1.models.meta_init import empty_model
 from easyvideor1.models.vision_attention import use_window_attention
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -38,8 +39,6 @@ def _load(path: str | Path, dtype, attn_implementation: str, device: str | torch
             f"(build one with `easyvideor1 tiny-model --family qwen2_5_vl --out {path}`)"
         )
     if torch.device(device).type == "meta":  # built, not read: `models.meta_init.fill_weights` loads it
-        from easyvideor1.models.meta_init import empty_model
-
         model = empty_model(path, resolve_dtype(dtype), attn_implementation)
     else:
         model = AutoModelForImageTextToText.from_pretrained(

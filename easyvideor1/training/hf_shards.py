@@ -16,9 +16,9 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
+from easyvideor1.models.meta_init import INDEX, SINGLE  # the file names `save_pretrained` writes
+
 SHARD_BYTES = 512 << 20  # per file: what rank 0 holds at most while exporting
-SINGLE = "model.safetensors"
-INDEX = "model.safetensors.index.json"
 
 
 class ShardWriter:

@@ -21,6 +21,7 @@ from easyvideor1.prompts import Prompt
 from easyvideor1.records import Rollout
 from easyvideor1.training.sequences import ForwardContext, all_logprobs, make_batch, pass_micro_batches
 from easyvideor1.training.update import policy_update
+from step_gradients import one_step_gradients, record_step_gradients
 
 LOGPROB_TOL = 1e-5  # same tokens and weights; only summation order (row width, batch shape) differs
 BUDGET = 160  # tokens: the long prompt's rows go over it alone, the short ones pack several together
@@ -118,9 +119,10 @@ def test_policy_update_gradients_equal_the_fixed_count_path(packed_model, agg):
         grads, metrics = {}, {}
         for tokens in (0, BUDGET):
             optimizer = torch.optim.SGD(tiny.model.parameters(), lr=0.0)
+            seen = record_step_gradients(tiny.model, optimizer)
             metrics[tokens] = policy_update(tiny.model, optimizer, batch, algo, _ctx(tiny, shared, packed, tokens),
                                             ppo_epochs=1, n_mini=1, grad_clip=1e9, max_len=48, kl_coef=0.0)
-            grads[tokens] = {n: p.grad.clone() for n, p in tiny.model.named_parameters() if p.grad is not None}
+            grads[tokens] = one_step_gradients(seen)
         where = f"{tiny.family.name} shared={shared} packed={packed}"
         assert set(grads[0]) == set(grads[BUDGET]) and any("visual" in n for n in grads[0]), where
         assert max(float(v.abs().max()) for v in grads[0].values()) > 1e-4

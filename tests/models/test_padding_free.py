@@ -26,6 +26,7 @@ from easyvideor1.models.logprobs import sequence_logprobs
 from easyvideor1.rollout.base import SamplingParams
 from easyvideor1.training.sequences import ForwardContext, collate_responses, forward_logprobs, micro_batches
 from easyvideor1.training.update import policy_update
+from step_gradients import one_step_gradients, record_step_gradients
 
 # Same tokens, same weights; only the attention shapes (one SDPA per sequence vs a padded [B, L]
 # SDPA) and so the float32 summation order differ: measured <= 4.8e-7 on log-probs (|log p| ~ 7),
@@ -148,10 +149,11 @@ def test_policy_update_gradients_equal_the_padded_path(tiny):
     grads = {}
     for packed in (False, True):
         optimizer = torch.optim.SGD(tiny.model.parameters(), lr=0.0)
+        seen = record_step_gradients(tiny.model, optimizer)
         metrics = policy_update(tiny.model, optimizer, batch, algo, _ctx(tiny, packed, 3), ppo_epochs=1, n_mini=1,
                                 grad_clip=1e9, max_len=32, kl_coef=0.0)
         assert metrics["update/skipped_nonfinite"] == 0
-        grads[packed] = {n: p.grad.clone() for n, p in tiny.model.named_parameters() if p.grad is not None}
+        grads[packed] = one_step_gradients(seen)
     assert set(grads[False]) == set(grads[True])
     assert max(float(v.abs().max()) for v in grads[False].values()) > 1e-4
     for name, padded in grads[False].items():  # gradients ~0.1 here (normalised loss): atol 1e-6 of that

@@ -13,6 +13,7 @@ from easyvideor1.rollout.base import SamplingParams, banned_token_ids
 from easyvideor1.rollout.hf_engine import HFEngine
 from easyvideor1.training.sequences import ForwardContext, forward_logprobs, make_batch
 from easyvideor1.training.update import policy_update
+from step_gradients import one_step_gradients, record_step_gradients
 
 C = 1.5
 
@@ -36,10 +37,12 @@ def test_injected_mismatch_engages_and_gradient_is_hand_weighted(tmp_path):
     model = tiny.model
     model.requires_grad_(True)
     algo = AlgorithmConfig(disable_kl=True, rollout_correction_threshold=C)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)  # the gradient stays in .grad, weights unchanged
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)  # weights unchanged
+    seen = record_step_gradients(model, optimizer)  # the update frees .grad after its step
     metrics = policy_update(model, optimizer, batch, algo, ctx, ppo_epochs=1, n_mini=1, grad_clip=1e9,
                             max_len=6, kl_coef=0.0, correction="token_tis")
-    got = {n: p.grad.clone() for n, p in model.named_parameters()}
+    got = one_step_gradients(seen)
+    assert set(got) == {n for n, p in model.named_parameters() if p.requires_grad}
     assert metrics["mismatch/corrected_frac"] > 0 and metrics["mismatch/ratio_max"] > C
 
     model.zero_grad(set_to_none=True)
