@@ -26,6 +26,14 @@ TESTS=(
   tests/training/test_lora.py::test_two_processes_equal_one_process
   tests/training/test_vllm_trainer.py::test_torchrun_engine_per_rank_tensor_parallel_tied_parity
   tests/models/test_ulysses.py
+  tests/training/test_sharded_checkpoints.py
+  tests/training/test_collective_counts.py
+  tests/training/test_export_stream.py
+  tests/training/test_rank_memory.py
+  tests/models/test_meta_init.py::test_two_processes_each_rank_shard_equal
+  tests/rollout/test_tools.py::test_fsdp_ranks_with_unequal_tool_use
+  # a trainer and its rollout process (a gloo pair group of their own)
+  tests/training/test_async_training.py
   # spawned ranks (torch.multiprocessing, gloo)
   tests/algorithms/test_aggregation.py::test_all_reduce_path_with_two_real_processes
   tests/algorithms/test_global_whitening.py
