@@ -1,6 +1,8 @@
 """Asynchronous training against the synchronous loop, on the demo's task and model.
 
-`colocated`: one process generating, scoring and updating in turn, 2 threads. `separate` with
+`colocated`: one process generating, scoring and updating in turn, 2 threads (and `colocated-1t`:
+the same with 1 thread, because with OMP_WAIT_POLICY=PASSIVE, which every command sets, waking a
+second thread for each of the tiny model's small ops can cost more than it gains). `separate` with
 `training.max_staleness=1`: a trainer and a rollout process with 1 thread each, generation of
 batch s+1 beside the update of step s. Same model, data, seed and steps; each run is the real
 loop (`trainer.train`, the rollout process started by it), the runs alternate (colocated,
@@ -36,18 +38,19 @@ from easyvideor1.training.setup import build_run
 from easyvideor1.training.trainer import train
 from easyvideor1.vision.cache_build import build_cache
 
-VARIANTS = {
-    "colocated": ["rollout.placement=colocated"],
-    "separate": ["rollout.placement=separate", "training.max_staleness=1"],
+VARIANTS = {  # name: (overrides, intra-op threads of the process; `separate` halves them per process)
+    "colocated": (["rollout.placement=colocated"], 2),
+    "colocated-1t": (["rollout.placement=colocated"], 1),
+    "separate": (["rollout.placement=separate", "training.max_staleness=1"], 2),
 }
 STAGES = ("time/prepare", "time/rollout", "time/rollout_wait", "time/old_logprob", "time/update", "time/sync",
           "time/weight_sync", "time/train_wait", "async/rollout_s", "async/prepare_s")
 
 
-def run_variant(base: list[str], extra: list[str], out: Path, steps: int) -> list[dict]:
-    """One `train` run of `steps` steps in this process (2 intra-op threads; `separate` splits them
-    between the trainer and its rollout process); its metrics rows."""
-    torch.set_num_threads(2)
+def run_variant(base: list[str], extra: list[str], threads: int, out: Path, steps: int) -> list[dict]:
+    """One `train` run of `steps` steps in this process (`threads` intra-op threads; `separate` splits
+    them between the trainer and its rollout process); its metrics rows."""
+    torch.set_num_threads(threads)
     cfg = load_config(demo_config_path(), [*base, *extra, f"logging.out_dir={out}", f"training.steps={steps}",
                                            "logging.progress=false", "checkpoint.every=0", "checkpoint.resume=never"])
     run = build_run(cfg)
@@ -71,8 +74,8 @@ def main() -> None:
     build_cache(load_samples(paths["train"]), cfg.vision, work / "cache", workers=2, progress=False)
     rows: dict[str, list[dict]] = {name: [] for name in VARIANTS}
     for r in range(args.repeats):
-        for name, extra in VARIANTS.items():
-            got = run_variant(base, extra, work / "runs" / f"{name}-{r}", args.warmup + args.steps)
+        for name, (extra, threads) in VARIANTS.items():
+            got = run_variant(base, extra, threads, work / "runs" / f"{name}-{r}", args.warmup + args.steps)
             rows[name] += got[args.warmup:]
     rate = {name: len(rs) / sum(m["time/wall"] for m in rs) for name, rs in rows.items()}
     print(f"{args.steps} timed steps x {args.repeats} run(s) per variant after {args.warmup} warm-up steps")
@@ -81,6 +84,8 @@ def main() -> None:
         cells = "".join(f"{statistics.mean(m.get(s, 0.0) for m in rs):>14.3f}" for s in STAGES)
         print(f"{name:<10}{rate[name]:>10.3f}{cells}")
     print(f"separate (k=1) / colocated: {rate['separate'] / rate['colocated']:.2f}x steps per second")
+    print(f"separate (k=1) / colocated-1t (the faster colocated setting here?): "
+          f"{rate['separate'] / rate['colocated-1t']:.2f}x steps per second")
 
 
 if __name__ == "__main__":
