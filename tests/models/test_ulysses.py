@@ -1,7 +1,8 @@
 """Ulysses sequence parallelism (`models.ulysses`): the row split and padding, the vision tower
 split into shares, the all-to-all and the collectives with gradients (2 gloo processes), and
 log-probs and 3 SGD steps under SP equal to one process without it (real torchrun, tiny models,
-a packed video + text + image + video/image row)."""
+a packed video + text + image + video/image row; the text prompt's response calls a tool, so a
+clip comes back mid-sequence and the tool turn sits inside the response, outside the loss)."""
 
 from __future__ import annotations
 

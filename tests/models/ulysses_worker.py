@@ -1,5 +1,6 @@
 """One process of the sequence-parallel tests (tests/models/test_ulysses.py), under torchrun or
-alone: log-probs of a packed mixed-modality batch, then 3 SGD steps on its token-mean loss.
+alone: log-probs of a packed mixed-modality batch (one response with a tool turn: a clip
+mid-sequence, outside the loss), then 3 SGD steps on its token-mean loss.
 
     python ulysses_worker.py FAMILY MODEL_DIR OUT.pt SP_SIZE [DP_SIZE] [text]
 
@@ -32,8 +33,23 @@ from easyvideor1.models.logprobs import sequence_logprobs  # noqa: E402
 from easyvideor1.models.mrope import mrope_spec  # noqa: E402
 from easyvideor1.models.packing import use_packed_attention  # noqa: E402
 from easyvideor1.models.ulysses import SequenceParallel, use_ulysses_attention  # noqa: E402
+from easyvideor1.rollout.tools.protocol import ToolOutput  # noqa: E402
+from easyvideor1.rollout.tools.turns import encode_tool_turn, sequence_with_turns, tool_turn_text  # noqa: E402
 from easyvideor1.training.fsdp import full_state_dict, init_distributed, run_root_once, shard  # noqa: E402
 from easyvideor1.training.loader import rank_slice  # noqa: E402
+
+
+def with_tool_turn(prompt, answer: str, processor, family, spec):
+    """`prompt` + a multi-turn response as the tool loop builds it: a crop_video call, the tool
+    turn (a 2-frame clip and its text, tokenised alone), then `answer`; the tool turn is attended
+    to but outside the loss."""
+    tok = processor.tokenizer
+    call = tok('<tool_call>{"name": "crop_video", "arguments": {"start": 0, "end": 1}}</tool_call><|im_end|>')
+    outputs = [ToolOutput("frames at t = 0.0, 0.5 s", [make_video(family, frames=2, seed=7)])]
+    turn, media = encode_tool_turn(tool_turn_text(outputs, closed=True), outputs, processor, prompt.sample_id, spec)
+    last = tok(answer + "<|im_end|>")["input_ids"]
+    model_tokens = [True] * len(call["input_ids"]) + [False] * len(turn) + [True] * len(last)
+    return sequence_with_turns(prompt, call["input_ids"] + turn.tolist() + last, model_tokens, media, family, spec)
 
 
 def sequences(family, processor, spec, text_only: bool = False):
@@ -43,11 +59,14 @@ def sequences(family, processor, spec, text_only: bool = False):
     if text_only:
         cases = {f"text{i}": [] for i in range(4)}
     tok = processor.tokenizer
-    answers = ["It is red.", "45", "Two squares moving left.", "A"]  # an odd row: a pad block under SP 2
+    answers = ["It is red.", "45.", "Two squares moving left.", "A"]  # an odd row: a pad block under SP 2
     out = []
     for (name, frames), answer in zip(cases.items(), answers):
         prompt = build_inputs(make_sample(name, frames), frames, "What is shown?", processor, family, spec)
-        out.append(append_response(prompt, tok(answer + "<|im_end|>")["input_ids"], spec))
+        if name == "text":  # its only video comes back from a tool, mid-sequence
+            out.append(with_tool_turn(prompt, answer, processor, family, spec))
+        else:
+            out.append(append_response(prompt, tok(answer + "<|im_end|>")["input_ids"], spec))
     return out
 
 

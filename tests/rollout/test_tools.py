@@ -1,16 +1,23 @@
 """The video tools and the multi-turn loop on tiny real models and a real clip: calls parsed
 and run (bad ones become error turns), clips from the prompt's frames or decoded once, tool
 turns rendered as the chat template renders them, and the trainer's log-probs of a multi-turn
-response (a clip mid-sequence) equal to the engine's, with every tool token outside the loss."""
+response (a clip mid-sequence) equal to the engine's, with every tool token outside the loss, in
+padded and padding-free rows alike (the same loss and gradients)."""
 
 from __future__ import annotations
+
+import copy
 
 import pytest
 import torch
 from rollout_helpers import load_tiny
+from step_gradients import one_step_gradients, record_step_gradients
 from tool_helpers import CALL, taught, tool_prompt, vision_of, write_clip
 
+from easyvideor1.algorithms.config import AlgorithmConfig
 from easyvideor1.models.families import get_family
+from easyvideor1.models.packing import use_packed_attention
+from easyvideor1.records import Rollout
 from easyvideor1.rollout.base import SamplingParams
 from easyvideor1.rollout.hf_engine import HFEngine
 from easyvideor1.rollout.tools.multiturn import ToolEngine, ToolLimits, tool_metrics
@@ -19,6 +26,7 @@ from easyvideor1.rollout.tools.registry import TOOLS, parse_tool_calls, run_call
 from easyvideor1.rollout.tools.turns import tool_turn_text
 from easyvideor1.rollout.tools.video_tools import ClipSource
 from easyvideor1.training.sequences import ForwardContext, all_logprobs, collate_responses, make_batch
+from easyvideor1.training.update import policy_update
 from easyvideor1.vision.cache import FrameSource
 
 
@@ -202,7 +210,6 @@ def test_offline_trajectory_with_a_call_is_replayed_on_the_video(hf_tiny_dirs, c
     """Hybrid groups: an offline trajectory that calls crop_video becomes a multi-turn response
     whose tool turn is computed from the video (not read from the file), trainable like a
     generated one (tool tokens outside the loss)."""
-    from easyvideor1.algorithms.config import AlgorithmConfig
     from easyvideor1.config import HybridConfig, RolloutConfig
     from easyvideor1.records import RewardResult
     from easyvideor1.training.groups import RolloutStage
@@ -242,3 +249,73 @@ def test_a_call_past_the_engines_media_limit_is_an_error_turn(callers, clip):
     assert r.turn_texts[0] == CALL and r.media.pixel_values_videos is None  # no clip came back
     assert r.tool_calls[0].error == "over the media limit: the engine takes at most 1 videos"
     assert r.tool_calls[0].visual_tokens == 0 and tool_metrics([[r]])["tools/errors"] >= 1
+
+
+def test_packed_and_padded_rows_train_alike_on_tool_turns(callers, clip):
+    """Responses of different turn counts and media in one batch: the taught model's multi-turn
+    response (a clip mid-sequence), a replayed trajectory of 3 model turns (a longer clip, then a
+    zoomed frame) and two one-turn answers of another prompt. Padding-free rows and padded rows
+    (`training.padding_free` on / off, as the trainer sets them up): the same M-RoPE positions and
+    loss mask per sequence, the mask holding the model's own tokens only (no tool-turn token, text
+    or media); the same log-probs (the engine's, on the generated response); one `policy_update`
+    each with the same loss and gradients."""
+    tiny, prompt, taught_model = callers("qwen2_5_vl")
+    model = copy.deepcopy(taught_model)
+    use_packed_attention(model)  # as build_run does when either layout packs (plain rows still get SDPA)
+    engine = HFEngine(model, tiny.processor, tiny.family, tiny.spec)
+    tools = ToolEngine(engine, tiny.processor, tiny.family, tiny.spec, TOOLS, ClipSource(vision_of("qwen2_5_vl")),
+                       ToolLimits(max_turns=3, call_visual_tokens=64, response_visual_tokens=256))
+    ((multi,),) = tools.generate([prompt], 1, SamplingParams(temperature=0, max_tokens=400))
+    three = ('<tool_call>{"name": "crop_video", "arguments": {"start": 0, "end": 3.5}}</tool_call>'
+             '<tool_call>{"name": "zoom_frame", "arguments": {"time": 2, "box": [0, 0, 0.5, 0.5]}}</tool_call>'
+             "<answer>blue</answer>")
+    replayed = tools.replay(prompt, Rollout(0, [], three), 600)
+    assert len(multi.turn_texts) >= 2 and multi.media.pixel_values_videos is not None
+    assert len(replayed.turn_texts) == 3 and [c.error for c in replayed.tool_calls] == [None, None]
+    assert replayed.media.pixel_values is not None  # the zoomed frame
+    assert replayed.media.video_grid_thw.tolist() != multi.media.video_grid_thw.tolist()  # other clip sizes
+    text_prompt = tool_prompt(tiny, clip, "plain", tools=())
+    plain = engine.generate([text_prompt], 2, SamplingParams(temperature=1.0, max_tokens=12, seed=0))[0]
+    batch = make_batch([prompt, text_prompt], [[multi, replayed], plain])
+    mask = batch.response_mask
+    assert int(mask[:2].sum()) == sum(multi.model_mask) + sum(replayed.model_mask)
+    ctxs = {packed: ForwardContext(tiny.family, tiny.spec, tiny.processor.tokenizer.pad_token_id, micro_batch_size=3,
+                                   temperature=1.0, shared_prefix=True, padding_free=packed,
+                                   banned_ids=tuple(engine.banned)) for packed in (True, False)}
+    rows = {}
+    for packed, ctx in ctxs.items():
+        mb = collate_responses(batch, list(range(batch.size)), ctx)
+        assert (mb.input_ids.shape[0] == 1) is packed
+        rows[packed] = []
+        for i, (row, start, end) in enumerate(mb.seq_spans):
+            ids, loss = mb.input_ids[row, start:end], mb.loss_mask[row, start:end]
+            n = len(batch.rollouts[i].token_ids)
+            layout = "packed" if packed else "padded"
+            assert torch.equal(loss[-n:], mask[i, :n]) and not loss[:-n].any(), \
+                f"{layout} sequence {i}: the loss mask is not the model's own tokens"
+            media = (ids == tiny.spec.video_token_id) | (ids == tiny.spec.image_token_id)
+            assert not loss[media].any(), f"{layout} sequence {i}: media tokens in the loss"
+            rows[packed].append((ids, loss, mb.position_ids[1:, row, start:end]))
+    for (ids_a, loss_a, pos_a), (ids_b, loss_b, pos_b) in zip(rows[True], rows[False]):
+        assert torch.equal(ids_a, ids_b) and torch.equal(loss_a, loss_b), "packed and padded sequences differ"
+        assert torch.equal(pos_a, pos_b), "M-RoPE positions differ between packed and padded rows"
+    logp = {packed: all_logprobs(model, batch, ctx) for packed, ctx in ctxs.items()}
+    # float summation order at most (one row vs a padded batch): measured equal here, gradients 3e-8 apart
+    torch.testing.assert_close(logp[True][mask], logp[False][mask], rtol=0, atol=1e-5)
+    gen = mask[0]
+    assert torch.allclose(logp[True][0][gen], batch.behaviour_log_probs[0][gen], atol=2e-4)
+    g = torch.Generator().manual_seed(0)
+    batch.old_log_probs = (logp[False] + 0.3 * torch.randn(logp[False].shape, generator=g)) * mask
+    batch.advantages = torch.randn(batch.size, 1, generator=g).expand_as(mask) * mask
+    losses, grads = {}, {}
+    for packed, ctx in ctxs.items():
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+        seen = record_step_gradients(model, optimizer)
+        metrics = policy_update(model, optimizer, batch, AlgorithmConfig(disable_kl=True), ctx, ppo_epochs=1,
+                                n_mini=1, grad_clip=1e9, max_len=600, kl_coef=0.0)
+        losses[packed], grads[packed] = metrics["actor/pg_loss"], one_step_gradients(seen)
+    assert losses[True] == pytest.approx(losses[False], rel=1e-5) and losses[True] != 0
+    assert set(grads[True]) == set(grads[False]) and any("visual" in n for n in grads[True])
+    assert max(float(v.abs().max()) for v in grads[False].values()) > 1e-4
+    for name, padded in grads[False].items():
+        torch.testing.assert_close(grads[True][name], padded, rtol=1e-4, atol=1e-7, msg=lambda m: f"{name}: {m}")

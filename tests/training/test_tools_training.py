@@ -1,15 +1,23 @@
-"""`easyvideor1 train` with `rollout.tools` (a real subprocess, tiny budget) on the `flash` task
-with hybrid groups: each sample's offline trajectory calls crop_video on the stated window, so it
-is replayed as a multi-turn response (its tool turn computed from the clip) and trained on
-beside the online responses; the tool metrics are logged."""
+"""Training with `rollout.tools` on the `flash` task with hybrid groups: each sample's offline
+trajectory calls crop_video on the stated window, so it is replayed as a multi-turn response
+(its tool turn computed from the clip) and trained on beside the online responses. `easyvideor1
+train` in a real subprocess logs the tool metrics; in-process runs with dynamic sampling fill
+their batches with such groups (responses of 1 and 2 turns in one micro-batch, padding-free
+rows) and resume from a checkpoint exactly."""
 
 import json
+import logging
 import os
 import subprocess
 import sys
 
+import torch
+
+from easyvideor1.config import load_config
 from easyvideor1.data.synth import write_suite
 from easyvideor1.models.tiny import build_tiny_model
+from easyvideor1.training.setup import build_run
+from easyvideor1.training.trainer import train
 
 
 def test_train_with_tools_replays_the_offline_call(tmp_path):
@@ -34,3 +42,71 @@ def test_train_with_tools_replays_the_offline_call(tmp_path):
     (offline,) = [e for e in examples if e["offline"]]
     # replayed: its text is the answer turn (the call became a turn of its own, answered by the clip)
     assert offline["response"].startswith("<think>") and offline["accuracy"] == 1.0
+
+
+def _flash_with_gaps(root):
+    """6 flash samples in file order W N W N N W: W has its offline trajectory (a crop_video call,
+    then the answer), N none. With 2 prompts per round, every round holds one group of each kind."""
+    path = write_suite(root / "synth", num_train=6, num_val=0, seed=0, tasks=("flash",))["train"]
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    for i in (1, 3, 4):
+        del rows[i]["offline_output"]
+    mixed = path.with_name("gaps.jsonl")
+    mixed.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return mixed
+
+
+def test_dynamic_sampling_and_resume_with_tools(tmp_path, caplog):
+    """Dynamic sampling on the format reward: a group of a sample without an offline trajectory
+    (random responses, format 0) is dropped, one with it (the replayed multi-turn response has
+    format 1) kept, so every step takes 2 rounds to fill its 2 groups, each an online one-turn
+    response beside a 2-turn response with a clip mid-sequence, in one micro-batch of packed rows.
+    A run stopped after its step-1 checkpoint and resumed (`checkpoint.resume: auto`, loader
+    position mid-epoch after the extra rounds) ends step 2 with the same metrics and parameters
+    as the uninterrupted run."""
+    model = build_tiny_model("qwen2_5_vl", tmp_path / "model", seed=0)
+    data = _flash_with_gaps(tmp_path)
+
+    def run_of(out, *extra):
+        return build_run(load_config(None, [
+            f"model.path={model}", f"data.train_files={data}", f"logging.out_dir={out}", "model.dtype=float32",
+            "data.shuffle=false", "vision.fps=1", "vision.max_frames=8", "vision.video_min_pixels=3136",
+            "vision.video_max_pixels=3136", "rollout.n=2", "rollout.max_tokens=224", "rollout.tools=[crop_video]",
+            "rollout.tool_call_visual_tokens=64", "training.rollout_batch_size=2", "training.mini_batch_size=2",
+            "training.micro_batch_size=4", "training.lr=1e-3", "hybrid.enable=true", "logging.progress=false",
+            "algorithm.disable_kl=true", "algorithm.online_filtering=true", "algorithm.filter_key=format",
+            "checkpoint.export_hf=false", *extra]))
+
+    straight = run_of(tmp_path / "straight", "training.steps=2")
+    kept = []  # the filled batch of each step, as the stage returned it
+    fill = straight.rollouts.filtered_groups
+    straight.rollouts.filtered_groups = lambda *args: kept.append(fill(*args)) or kept[-1]
+    train(straight)
+    assert len(kept) == 2
+    for scored in kept:  # padding groups would stand in for what the rounds did not fill
+        assert [p.padding for p in scored.prompts] == [False, False], "the batch was not filled"
+        for online, offline in scored.groups:
+            assert len(online.turn_texts) == 1 and online.media is None and not online.offline
+            assert offline.offline and len(offline.turn_texts) == 2 and offline.finish_reason == "offline"
+            (call,) = offline.tool_calls
+            assert call.name == "crop_video" and call.error is None and call.visual_tokens > 0
+            assert offline.media.video_grid_thw is not None and not offline.truncated
+    for row in straight.history:
+        assert row["filter/filter_tries"] == 2 and row["filter/filter_dropped_all_wrong"] == 2
+        assert row["filter/filter_groups_kept"] == 2 and row["hybrid/groups_replaced"] == 2
+        assert row["perf/micro_batches"] == 1 and row["update/grad_norm"] > 0
+    assert straight.ctx.padding_free
+
+    resumed = run_of(tmp_path / "resumed", "training.steps=1", "checkpoint.every=1")
+    train(resumed)
+    with caplog.at_level(logging.INFO, logger="easyvideor1.training.trainer"):
+        resumed = run_of(tmp_path / "resumed", "training.steps=2", "checkpoint.every=1")
+        train(resumed)
+    assert "resumed from" in caplog.text and "step-000001" in caplog.text
+    (after,) = resumed.history  # only step 2 ran in this process
+    keys = [k for k in straight.history[1] if not k.startswith(("time/", "perf/tokens_per_s", "timestamp"))]
+    assert {k: after[k] for k in keys} == {k: straight.history[1][k] for k in keys}
+    a, b = dict(straight.model.named_parameters()), dict(resumed.model.named_parameters())
+    assert set(a) == set(b)
+    for name in a:
+        assert torch.equal(a[name], b[name]), name
