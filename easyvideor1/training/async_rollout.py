@@ -254,7 +254,8 @@ class RemoteRollouts:
         the first weights."""
         self.conn = conn
         self.inbox: queue.Queue[bytes | None] = queue.Queue()
-        threading.Thread(target=self._read, name="rollout-inbox", daemon=True).start()
+        self.reader = threading.Thread(target=self._read, name="rollout-inbox", daemon=True)
+        self.reader.start()
         self.conn.send_bytes(pickle.dumps(job))
         names = self._message("hello")["names"]  # its model is built: now join the pair's group
         self.group = None if pair is None else pair_group(pair, 0, self.device)
@@ -388,7 +389,14 @@ class RankRollouts(RemoteRollouts):
                            "message: it ended (torchrun's summary gives its exit code)")
 
     def close(self) -> None:
-        """Hang up: a rollout rank with batches left ends quietly (`rollout_process.serve`)."""
+        """Hang up: a rollout rank with batches left ends quietly (`rollout_process.serve`). The
+        socket is shut down first, so the reader thread ends on end-of-file, not on a closed handle."""
+        with socket.socket(fileno=os.dup(self.conn.fileno())) as s:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:  # the rollout rank hung up first
+                pass
+        self.reader.join()
         self.conn.close()
 
 
