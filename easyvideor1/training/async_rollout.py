@@ -44,8 +44,9 @@ another prefix of the store (`RankRollouts`).
 Faults: every wait (a broadcast, a batch) polls the rollout process, so one that dies stops the
 trainer within seconds with its exit code; the rollout process kills itself when the trainer
 dies (`rollout_process.die_with_parent`). Under torchrun, torchrun ends every rank when one
-dies and names its rank and exit code; a trainer rank whose connection ends first stops with
-the rollout rank's name. A rollout side whose trainers hang up (a run stopped early) ends
+dies and names its rank and exit code (a trainer rank waiting for a batch stops first, naming the
+rollout rank and its error when it sent one; one inside the weight broadcast with gloo's
+"connection closed by peer"). A rollout side whose trainers hang up (a run stopped early) ends
 quietly. Validation runs in the trainer, on an HF engine over the policy (whatever
 `rollout.engine` the rollout side uses). Not yet: more than one rollout process, LoRA, ReMax's
 greedy baseline, video tools, sequence parallelism with rollout ranks.
