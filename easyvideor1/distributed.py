@@ -24,6 +24,7 @@ the barrier returns no gloo thread will need the GIL again.
 
 from __future__ import annotations
 
+import functools
 import os
 from datetime import timedelta
 from typing import Any
@@ -72,6 +73,22 @@ def init_process_group(backend: str, **kwargs: Any) -> None:
     dist.init_process_group(backend, **kwargs)
     _JOINED[:] = [None]  # (forgets the groups of an earlier world left without `close`)
     _WAITING.clear()
+
+
+def launched() -> tuple[int, int]:
+    """(RANK, WORLD_SIZE) torchrun gave this process: every launched process, whatever group it
+    joins; (0, 1) without torchrun."""
+    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+
+
+@functools.cache
+def launch_store() -> Any:
+    """The store torchrun's rendezvous gives this process (`env://`: MASTER_ADDR, MASTER_PORT, RANK,
+    WORLD_SIZE), once per process. Separate rollout placement builds its worlds on it
+    (`training.async_rollout`): the trainer ranks' default group and the weight pair, each under a
+    prefix of its own."""
+    store, _, _ = next(dist.rendezvous("env://"))
+    return store
 
 
 def waiting_group(minutes: float) -> Any:

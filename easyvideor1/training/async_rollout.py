@@ -23,18 +23,33 @@ rollout weights' log-probs (`behaviour_log_probs`), `token_tis` by default:
     r_t = pi_theta(y_t) / pi_prox(y_t),    w_t = min(pi_prox(y_t) / pi_behav(y_t), C)  (detached)
 
 Transport. Weights: a collective broadcast, parameter by parameter in the rollout dtype, over a
-two-rank process group of its own (gloo on CPU, NCCL on GPU; not the trainer's world, whose
-collectives it must not join), never through disk. The rollout process is a subprocess
-running the package (`python -m easyvideor1.training.rollout_process`); it connects back to the
-trainer over an authenticated local connection (`multiprocessing.connection`, a random key in
-its environment), which carries the run's config and then each scored batch (`ScoredGroups`
-pickled, tensors by value).
+two-rank process group of its own (trainer rank 0 and the rollout side; gloo on CPU, NCCL on
+GPU; not the trainers' world, whose collectives it must not join), never through disk. Scored
+batches: pickled `ScoredGroups` (tensors by value) over authenticated connections
+(`multiprocessing.connection`, a random key).
+
+Two launches. `easyvideor1 train` in one process starts its rollout process itself, a subprocess
+running the package (`python -m easyvideor1.training.rollout_process`, the key in its
+environment) that connects back to the trainer; the connection carries the run's config, then
+each scored batch (`RemoteRollouts`). Under torchrun the last `rollout.processes` ranks are
+the rollout ranks (`is_rollout_rank`; 1 for now): every rank takes torchrun's store, the
+trainer ranks (0..W-2) make the default process group on a prefix of it with world W-1 (so FSDP,
+checkpoints, rank balance and metrics see trainers only), the rollout rank never joins it. It
+publishes its listener's address and key in the store; every trainer rank connects and takes its
+share of each batch (`trainer_shares`: the slots a colocated run of the trainer ranks gives each);
+every trainer rank gathers each full parameter (FSDP2's `full_tensor`, a collective of the
+trainers) in the same order and trainer rank 0 broadcasts it over the pair's group, made on
+another prefix of the store (`RankRollouts`).
 
 Faults: every wait (a broadcast, a batch) polls the rollout process, so one that dies stops the
 trainer within seconds with its exit code; the rollout process kills itself when the trainer
-dies (`rollout_process.die_with_parent`). Validation runs in the trainer, on an HF engine over
-the policy (whatever `rollout.engine` the rollout process uses). Not yet: more than one rollout process, torchrun (the last
-ranks as rollout ranks), LoRA, ReMax's greedy baseline.
+dies (`rollout_process.die_with_parent`). Under torchrun, torchrun ends every rank when one
+dies and names its rank and exit code (a trainer rank waiting for a batch stops first, naming the
+rollout rank and its error when it sent one; one inside the weight broadcast with gloo's
+"connection closed by peer"). A rollout side whose trainers hang up (a run stopped early) ends
+quietly. Validation runs in the trainer, on an HF engine over the policy (whatever
+`rollout.engine` the rollout side uses). Not yet: more than one rollout process, LoRA, ReMax's
+greedy baseline, video tools, sequence parallelism with rollout ranks.
 """
 
 from __future__ import annotations
@@ -45,27 +60,36 @@ import os
 import pickle
 import queue
 import secrets
+import socket
 import subprocess
 import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from multiprocessing.connection import Connection, Listener
+from multiprocessing.connection import Client, Connection, Listener
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
+from easyvideor1 import distributed
 from easyvideor1.config import Config
 from easyvideor1.config_tree import ConfigError
 from easyvideor1.distributed import serial_gloo_group
 from easyvideor1.models.loading import resolve_dtype
+from easyvideor1.prompts import Prompt
+from easyvideor1.records import Sample
+from easyvideor1.training.groups import ScoredGroups, pad_groups
+from easyvideor1.training.hybrid import HybridCounters
+from easyvideor1.training.rank_balance import rank_slots
 
 log = logging.getLogger(__name__)
 
 KEY_ENV = "EASYVIDEOR1_ROLLOUT_KEY"  # the connection's key (hex), handed to the rollout process
 POLL_S = 0.05  # how often a wait looks at the other process
 GROUP_TIMEOUT = datetime.timedelta(hours=2)  # the pair's own limit; liveness polling ends waits first
+PAIR_PREFIX = "rollout-pair/"  # under torchrun: the weight pair's keys in torchrun's store
+ADDRESS_KEY = "rollout-address"  # under torchrun: (host, port, key) of the rollout rank's listener
 
 
 def weight_version(step: int, k: int, every: int, start: int = 0) -> int:
@@ -87,7 +111,7 @@ def rollout_dtype(cfg: Config) -> torch.dtype:
 
 def check_placement(cfg: Config, world: int) -> None:
     """`training.max_staleness` needs separate placement; what that does not run yet, one clear
-    error each."""
+    error each. `world`: the processes torchrun launched (1 without it), rollout ranks included."""
     r = cfg.rollout
     if r.placement != "separate":
         if cfg.training.max_staleness:
@@ -95,10 +119,11 @@ def check_placement(cfg: Config, world: int) -> None:
                               "(colocated generation is always on-policy)")
         return
     if r.processes != 1:
-        raise ConfigError(f"rollout.processes={r.processes}: separate placement runs one rollout process for now")
-    if world > 1:
-        raise ConfigError("rollout.placement=separate under torchrun is not supported yet; run `easyvideor1 train` "
-                          "as one process (it starts its rollout process itself)")
+        raise ConfigError(f"rollout.processes={r.processes}: separate placement runs one rollout process (or rank) "
+                          "for now")
+    if world > 1 and cfg.training.sequence_parallel_size > 1:
+        raise ConfigError("rollout.placement=separate under torchrun with training.sequence_parallel_size > 1 is "
+                          "not supported yet")
     if cfg.model.lora.rank:
         raise ConfigError("rollout.placement=separate with LoRA (model.lora.rank) is not supported yet")
     if r.tools:
@@ -109,8 +134,59 @@ def check_placement(cfg: Config, world: int) -> None:
         raise ConfigError(f"training.max_staleness={cfg.training.max_staleness} must be >= 0")
 
 
+def rollout_ranks(cfg: Config) -> int:
+    """How many of torchrun's processes (the last ones) are rollout ranks: `rollout.processes`
+    under separate placement when torchrun launched more than one, else 0 (one process starts
+    its rollout process itself)."""
+    world = distributed.launched()[1]
+    return cfg.rollout.processes if cfg.rollout.placement == "separate" and world > 1 else 0
+
+
+def is_rollout_rank(cfg: Config) -> bool:
+    """This process is one of the last `rollout.processes` ranks of torchrun's world: it only
+    generates and scores (`rollout_process.serve_rank`). Checks the placement first (every rank alike)."""
+    rank, world = distributed.launched()
+    check_placement(cfg, world)
+    return rank >= world - rollout_ranks(cfg)
+
+
+def reachable_host() -> str:
+    """This machine's address on the route to torchrun's MASTER_ADDR (127.0.0.1 on one node):
+    where trainer ranks on other nodes reach the rollout rank's listener. (A UDP connect sends nothing.)"""
+    master = os.environ.get("MASTER_ADDR", "127.0.0.1")
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.connect((master, 1))
+        return s.getsockname()[0]
+
+
+def trainer_shares(scored: ScoredGroups, batch: list[Sample], trainers: int, cfg: Config,
+                   padding: Prompt) -> list[ScoredGroups]:
+    """Each trainer rank's part of a step's global `scored` groups (made by the rollout side as one
+    process: slot order). Without dynamic sampling rank r gets the slots a colocated run of
+    `trainers` ranks gives it (`rank_slots` of the step's `batch`; a group's slot is its prompt's
+    `seed_offset` / n), so the same prompts, responses and token balance; with dynamic sampling,
+    which fills the batch as one colocated process does, equal contiguous parts. Each part is
+    padded where samples failed. The hybrid counts (which ranks sum) go with the first part; the
+    filter metrics, already the batch's, with every part."""
+    if trainers == 1:
+        return [scored]
+    per, n = cfg.training.rollout_batch_size // trainers, cfg.rollout.n
+    if cfg.algorithm.online_filtering:
+        parts = [range(r * per, (r + 1) * per) for r in range(trainers)]
+    else:
+        group_of = {p.seed_offset // n: g for g, p in enumerate(scored.prompts) if not p.padding}
+        vision = cfg.vision if cfg.training.balance_ranks else None
+        parts = [[group_of[s] for s in rank_slots(batch, r, trainers, vision) if s in group_of]
+                 for r in range(trainers)]
+    return [pad_groups(ScoredGroups([scored.prompts[g] for g in part], [scored.groups[g] for g in part],
+                                    [scored.results[g] for g in part],
+                                    scored.hybrid if r == 0 else HybridCounters(), dict(scored.filter_metrics)),
+                       per, padding, n)
+            for r, part in enumerate(parts)]
+
+
 def pair_group(store: dist.Store, rank: int, device: torch.device) -> Any:
-    """The trainer (rank 0) and the rollout process (rank 1): a process group of their own."""
+    """Trainer rank 0 (rank 0) and the rollout side (rank 1): a process group of their own."""
     if device.type == "cuda":
         return dist.ProcessGroupNCCL(store, rank, 2)
     return serial_gloo_group(store, rank, 2, GROUP_TIMEOUT)  # one worker thread: distributed.py says why
@@ -151,6 +227,7 @@ class RemoteRollouts:
         self.cfg, self.device = cfg, device
         self.process: subprocess.Popen | None = None
         self.pending: list[int] = []  # versions still to broadcast, in order
+        self.group: Any = None  # the weight pair's group (trainer rank 0 only)
 
     def start(self, model: torch.nn.Module, start: int, loader_state: dict[str, Any]) -> None:
         """Start the rollout process for batches start+1..steps and send it the weights of `start`."""
@@ -168,17 +245,25 @@ class RemoteRollouts:
                                          str(listener.address[1]), str(os.getpid())], env=env)
         log.info("rollout process %d started (separate placement, max_staleness %d, %d thread(s) each)",
                  self.process.pid, t.max_staleness, threads)
-        self.conn = self._accept(listener)
+        self.peer = f"the rollout process (pid {self.process.pid})"
+        self._join(model, self._accept(listener), {"cfg": self.cfg, "port": self.store.port, "start": start,
+                                                   "loader": loader_state}, self.store)
+
+    def _join(self, model: torch.nn.Module, conn: Connection, job: dict[str, Any], pair: dist.Store | None) -> None:
+        """Over `conn` to the rollout side: hand it `job`, take its parameter names once its model is
+        built, join the pair's group on `pair` (None: a trainer rank that does not broadcast), send
+        the first weights."""
+        self.conn = conn
         self.inbox: queue.Queue[bytes | None] = queue.Queue()
-        threading.Thread(target=self._read, name="rollout-inbox", daemon=True).start()
-        self.conn.send_bytes(pickle.dumps({"cfg": self.cfg, "port": self.store.port, "start": start,
-                                           "loader": loader_state}))
+        self.reader = threading.Thread(target=self._read, name="rollout-inbox", daemon=True)
+        self.reader.start()
+        self.conn.send_bytes(pickle.dumps(job))
         names = self._message("hello")["names"]  # its model is built: now join the pair's group
-        self.group = pair_group(self.store, 0, self.device)
+        self.group = None if pair is None else pair_group(pair, 0, self.device)
         self.params = dict(model.named_parameters())
         missing = [n for n in names if n not in self.params]
         if missing:
-            raise RuntimeError(f"the rollout process's model has parameters the policy lacks: {missing[:5]}")
+            raise RuntimeError(f"{self.peer}'s model has parameters the policy lacks: {missing[:5]}")
         self.names = names
         self._send()
 
@@ -219,25 +304,33 @@ class RemoteRollouts:
                 break
             except queue.Empty:
                 self.alive(f"a message ({kind})")
-        if data is None:  # the connection ended: the process ends too; its exit code is the message
-            self.process.wait(timeout=60)
-            self.alive(f"a message ({kind})")
-            raise RuntimeError(f"the rollout process closed its connection before sending a {kind} message")
-        msg = pickle.loads(data)  # from our own child, over an authenticated connection
+        if data is None:  # the connection ended
+            self._ended(kind)
+        msg = pickle.loads(data)  # from our own rollout side, over an authenticated connection
         if msg["kind"] == "error":
-            raise RuntimeError(f"the rollout process (pid {self.process.pid}) failed:\n{msg['error']}")
+            raise RuntimeError(f"{self.peer} failed:\n{msg['error']}")
         if msg["kind"] != kind:
-            raise RuntimeError(f"expected a {kind} message from the rollout process, got {msg['kind']}")
+            raise RuntimeError(f"expected a {kind} message from {self.peer}, got {msg['kind']}")
         return msg
 
+    def _ended(self, kind: str) -> None:
+        """The connection ended: the process ends too; its exit code is the message."""
+        self.process.wait(timeout=60)
+        self.alive(f"a message ({kind})")
+        raise RuntimeError(f"{self.peer} closed its connection before sending a {kind} message")
+
     def _send(self) -> None:
+        """Every parameter, whole, in `names` order (under FSDP2 a collective of every trainer rank);
+        the pair's trainer (rank 0) broadcasts them."""
         dtype = rollout_dtype(self.cfg)
         tensors = []
         for name in self.names:
             p = self.params[name].detach()
             p = p.full_tensor() if hasattr(p, "full_tensor") else p  # FSDP2: the whole parameter
-            tensors.append(p.to(device=self.device, dtype=dtype).contiguous())
-        broadcast_weights(self.group, tensors, self.alive)
+            if self.group is not None:
+                tensors.append(p.to(device=self.device, dtype=dtype).contiguous())
+        if self.group is not None:
+            broadcast_weights(self.group, tensors, self.alive)
 
     def take(self, step: int) -> tuple[Any, dict[str, Any], AsyncStats]:
         """Batch `step`'s scored groups, the loader state after it, and its trip's numbers."""
@@ -269,3 +362,47 @@ class RemoteRollouts:
             p.kill()
             p.wait()
         self.conn.close()
+
+
+class RankRollouts(RemoteRollouts):
+    """Under torchrun: a trainer rank's handle on the rollout rank (the last rank, started by
+    torchrun, not by the trainer): its share of each batch, and the weights (every trainer rank
+    gathers them, trainer rank 0 sends)."""
+
+    def __init__(self, cfg: Config, device: torch.device, rank: int):
+        super().__init__(cfg, device)
+        self.rank, self.store = rank, distributed.launch_store()
+        self.peer = f"the rollout rank {distributed.launched()[1] - 1}"
+
+    def start(self, model: torch.nn.Module, start: int, loader_state: dict[str, Any]) -> None:
+        """Connect to the rollout rank (its address in torchrun's store once its model is built),
+        hand it this rank's start, take part in sending the weights of `start`."""
+        t = self.cfg.training
+        self.pending = broadcast_versions(start, t.steps, t.max_staleness, self.cfg.checkpoint.every)
+        host, port, key = pickle.loads(self.store.get(ADDRESS_KEY))
+        log.info("trainer rank %d: %s at %s:%d (separate placement, max_staleness %d)", self.rank, self.peer,
+                 host, port, t.max_staleness)
+        self._join(model, Client((host, port), authkey=key), {"rank": self.rank, "start": start, "loader": loader_state},
+                   dist.PrefixStore(PAIR_PREFIX, self.store) if self.rank == 0 else None)
+
+    def _ended(self, kind: str) -> None:
+        raise RuntimeError(f"{self.peer} closed its connection while trainer rank {self.rank} waited for a {kind} "
+                           "message: it ended (torchrun's summary gives its exit code)")
+
+    def close(self) -> None:
+        """Hang up: a rollout rank with batches left ends quietly (`rollout_process.serve`). The
+        socket is shut down first, so the reader thread ends on end-of-file, not on a closed handle."""
+        with socket.socket(fileno=os.dup(self.conn.fileno())) as s:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:  # the rollout rank hung up first
+                pass
+        self.reader.join()
+        self.conn.close()
+
+
+def remote_rollouts(cfg: Config, device: torch.device, rank: int) -> RemoteRollouts | None:
+    """The trainer's handle on its rollout side under separate placement (None: colocated)."""
+    if cfg.rollout.placement != "separate":
+        return None
+    return RankRollouts(cfg, device, rank) if rollout_ranks(cfg) else RemoteRollouts(cfg, device)

@@ -70,11 +70,16 @@ def _train(args: argparse.Namespace) -> int:
         raise UserError("set " + " and ".join(missing) + (f" in {path} or" if path else "") +
                         " on the command line (--help-config lists every field)")
     _check_paths(cfg, "train")
+    from easyvideor1.training.async_rollout import is_rollout_rank
     from easyvideor1.training.export import export_adapter, export_hf
     from easyvideor1.training.report import write_training_report
+    from easyvideor1.training.rollout_process import serve_rank
     from easyvideor1.training.setup import build_run
     from easyvideor1.training.trainer import train
 
+    if is_rollout_rank(cfg):  # under torchrun with rollout.placement=separate: the last ranks only generate
+        serve_rank(cfg)
+        return 0
     run = build_run(cfg)
     train(run)
     if run.rank == 0:

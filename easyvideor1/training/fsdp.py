@@ -29,10 +29,15 @@ import torch.distributed as dist
 from easyvideor1 import distributed
 from easyvideor1.models.logprobs import HEAD_PASS, run_head_pass
 
+TRAINERS_PREFIX = "trainers/"  # the trainer ranks' world under separate rollout placement (torchrun's store)
 
-def init_distributed(need_group: bool = False) -> tuple[int, int, torch.device]:
+
+def init_distributed(need_group: bool = False, rollout_ranks: int = 0) -> tuple[int, int, torch.device]:
     """Join the process group when launched by torchrun (any world size), or, with `need_group`,
     make a group of one rank in this process (FSDP2 needs one for its mixed-precision policy).
+    With `rollout_ranks` R (separate rollout placement under torchrun) the group is the trainer
+    ranks' alone: the first WORLD_SIZE - R ranks, on a prefix of torchrun's store; the last R
+    ranks never join it (`training.async_rollout`), so every collective below sees trainers only.
 
     Returns (rank, world, device): the rank's GPU (LOCAL_RANK) when CUDA is there, else the CPU.
     """
@@ -45,7 +50,11 @@ def init_distributed(need_group: bool = False) -> tuple[int, int, torch.device]:
         device = torch.device("cpu")
     if not dist.is_initialized() and (launched or need_group):
         backend = "nccl" if on_gpu else distributed.CPU_BACKEND
-        if launched:
+        if launched and rollout_ranks:
+            store = dist.PrefixStore(TRAINERS_PREFIX, distributed.launch_store())
+            distributed.init_process_group(backend, store=store, rank=int(os.environ["RANK"]),
+                                           world_size=int(os.environ["WORLD_SIZE"]) - rollout_ranks)
+        elif launched:
             distributed.init_process_group(backend)
         else:  # one process, no launcher: an in-memory store, nothing listens on a port
             distributed.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)

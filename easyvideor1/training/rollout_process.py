@@ -1,17 +1,23 @@
-"""Separate rollout placement, the rollout process's side (`training.async_rollout` starts it).
+"""Separate rollout placement, the rollout side (`training.async_rollout` holds the trainer's).
 
 It builds what the rollout stage needs (its own copy of the policy in the rollout dtype, the
 engine, the prompt builder, the scorer, the loader at the trainer's position), then for each
-batch s: waits for the weights of `weight_version(s)` (a broadcast from the trainer), runs the
+batch s: waits for the weights of `weight_version(s)` (a broadcast from trainer rank 0), runs the
 trainer's own rollout stage (`trainer.rollout_stage`: prompts, generation, hybrid slot,
-rewards beside generation, dynamic sampling rounds until the batch is full) and puts the scored
-batch on the queue. It never updates the policy and holds no optimizer.
+rewards beside generation, dynamic sampling rounds until the batch is full) as one process, and
+sends each trainer rank its share (`async_rollout.trainer_shares`). It never updates the policy
+and holds no optimizer. When the trainers hang up early (training.max_minutes) it ends quietly.
 
-Run as `python -m easyvideor1.training.rollout_process PORT PARENT_PID` by the trainer
-(`RemoteRollouts.start`), it connects to the trainer's listener with the key in its environment.
-It dies with the trainer: the kernel sends it SIGKILL when its parent ends (`PR_SET_PDEATHSIG`,
-Linux), and a thread ends it when its parent pid changes (also when the trainer died while
-this module was still importing). Any error is sent to the trainer as text, then exit code 1.
+Two launches:
+- `python -m easyvideor1.training.rollout_process PORT PARENT_PID`, by the one-process trainer
+  (`RemoteRollouts.start`): it connects to the trainer's listener with the key in its
+  environment. It dies with the trainer: the kernel sends it SIGKILL when its parent ends
+  (`PR_SET_PDEATHSIG`, Linux), and a thread ends it when its parent pid changes (also when the
+  trainer died while this module was still importing). Any error is sent to the trainer as
+  text, then exit code 1.
+- under torchrun, the last rank (`serve_rank`, from `easyvideor1 train`): it listens, puts its
+  address and key in torchrun's store and takes one connection per trainer rank; torchrun ends
+  it when a trainer dies. Any error is sent to every trainer rank as text, then raised (exit 1).
 """
 
 from __future__ import annotations
@@ -21,17 +27,19 @@ import datetime
 import logging
 import os
 import pickle
+import secrets
 import signal
 import sys
 import threading
 import time
 import traceback
 from functools import partial
-from multiprocessing.connection import Client, Connection
+from multiprocessing.connection import Client, Connection, Listener
 
 import torch
 import torch.distributed as dist
 
+from easyvideor1 import distributed
 from easyvideor1.config import Config
 from easyvideor1.data.templates import render_prompt
 from easyvideor1.models.families import family_of
@@ -39,7 +47,8 @@ from easyvideor1.models.loading import load_policy, load_processor
 from easyvideor1.models.mrope import mrope_spec
 from easyvideor1.prompts import PromptBuilder
 from easyvideor1.rollout.base import banned_token_ids
-from easyvideor1.training.async_rollout import KEY_ENV, pair_group, rollout_dtype, weight_version
+from easyvideor1.training.async_rollout import (ADDRESS_KEY, KEY_ENV, PAIR_PREFIX, pair_group, reachable_host,
+                                                rollout_dtype, trainer_shares, wait_work, weight_version)
 from easyvideor1.training.groups import RolloutStage, stop_token_ids
 from easyvideor1.training.loader import PromptLoader
 from easyvideor1.training.metrics import StageTimer
@@ -98,39 +107,60 @@ def build_rollout_run(cfg: Config, device: torch.device) -> Run:
                prompts=prompts, rollouts=rollouts, ctx=ctx, padding=prompts.empty())
 
 
-def serve(cfg: Config, port: int, start: int, loader_state: dict, out: Connection) -> None:
-    """Generate and score batches start+1..steps, each with the weights the schedule names."""
-    device = (torch.device("cuda", 1 % torch.cuda.device_count()) if torch.cuda.is_available()
-              else torch.device("cpu"))
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-    run = build_rollout_run(cfg, device)
+class TrainersGone(Exception):
+    """A trainer rank hung up (a run stopped early, or a trainer that failed): nothing left to serve."""
+
+
+def serve(run: Run, store: dist.Store, start: int, loader_state: dict, trainers: list[Connection]) -> None:
+    """Generate and score batches start+1..steps, each with the weights the schedule names; each of
+    `trainers` (a connection per trainer rank, in rank order) takes its share of each. Returns
+    early when a trainer hangs up."""
+    cfg = run.cfg
     run.loader.load_state_dict(loader_state)
     named = dict(run.model.named_parameters())
-    send(out, {"kind": "hello", "names": list(named)})
-    store = dist.TCPStore("127.0.0.1", port, 2, is_master=False, timeout=datetime.timedelta(minutes=5))
-    group = pair_group(store, 1, device)
+    for conn in trainers:
+        send(conn, {"kind": "hello", "names": list(named)})
+    group = pair_group(store, 1, run.ctx.device)
     params = [p.detach() for p in named.values()]
+
+    def hung_up(what: str) -> None:  # a trainer sends nothing after its job: readable means closed
+        if any(conn.poll() for conn in trainers):
+            raise TrainersGone(what)
 
     def receive() -> None:  # into the parameters themselves (same order, shape and dtype as sent)
         for w in [group.broadcast([p], dist.BroadcastOptions()) for p in params]:
-            w.wait()
+            wait_work(w, hung_up, "the weights")
         run.rollouts.engine.update_weights(run.model)
 
-    receive()
     version, t = start, cfg.training
-    for step in range(start + 1, t.steps + 1):
-        need = weight_version(step, t.max_staleness, cfg.checkpoint.every, start)
-        began = time.perf_counter()
-        if need > version:
-            receive()
-            version = need
-        waited = time.perf_counter() - began
-        timer = StageTimer()
-        scored = rollout_stage(run, step, timer)
-        send(out, {"kind": "batch", "step": step, "version": version, "scored": scored,
-                 "loader": run.loader.state_dict(), "train_wait": waited,
-                 "metrics": {f"async/{k.removeprefix('time/')}_s": v for k, v in timer.times.items()}})
+    try:
+        receive()
+        for step in range(start + 1, t.steps + 1):
+            need = weight_version(step, t.max_staleness, cfg.checkpoint.every, start)
+            began = time.perf_counter()
+            if need > version:
+                receive()
+                version = need
+            waited = time.perf_counter() - began
+            timer = StageTimer()
+            batch = run.loader.peek_batch()  # the step's slots, which the trainer ranks' shares follow
+            scored = rollout_stage(run, step, timer)
+            message = {"kind": "batch", "step": step, "version": version, "loader": run.loader.state_dict(),
+                       "train_wait": waited,
+                       "metrics": {f"async/{k.removeprefix('time/')}_s": v for k, v in timer.times.items()}}
+            for conn, share in zip(trainers, trainer_shares(scored, batch, len(trainers), cfg, run.padding)):
+                send(conn, message | {"scored": share})
+    except (TrainersGone, BrokenPipeError, ConnectionResetError):
+        log.info("the trainers hung up (a run stopped early, or a trainer failed): stopping")
+
+
+def rollout_device(local_rank: int) -> torch.device:
+    """The rollout side's GPU (`local_rank` modulo the GPUs here), else the CPU."""
+    if not torch.cuda.is_available():
+        return torch.device("cpu")
+    device = torch.device("cuda", local_rank % torch.cuda.device_count())
+    torch.cuda.set_device(device)
+    return device
 
 
 def connect_and_serve(port: int, parent: int) -> None:
@@ -140,12 +170,42 @@ def connect_and_serve(port: int, parent: int) -> None:
     conn = Client(("127.0.0.1", port), authkey=bytes.fromhex(os.environ.pop(KEY_ENV)))
     try:
         job = pickle.loads(conn.recv_bytes())  # from the trainer that started this process
-        serve(job["cfg"], job["port"], job["start"], job["loader"], conn)
+        cfg = job["cfg"]
+        run = build_rollout_run(cfg, rollout_device(1))
+        store = dist.TCPStore("127.0.0.1", job["port"], 2, is_master=False, timeout=datetime.timedelta(minutes=5))
+        serve(run, store, job["start"], job["loader"], [conn])
     except BaseException:  # noqa: BLE001 - any failure goes to the trainer, which stops with it
         send(conn, {"kind": "error", "error": traceback.format_exc()})
         conn.close()
         sys.exit(1)
     conn.close()
+
+
+def serve_rank(cfg: Config) -> None:
+    """Under torchrun, as the rollout rank (`async_rollout.is_rollout_rank`): build the rollout
+    run, publish a listener in torchrun's store, take every trainer rank's connection, serve."""
+    rank, world = distributed.launched()
+    run = build_rollout_run(cfg, rollout_device(int(os.environ.get("LOCAL_RANK", "0"))))
+    store, key = distributed.launch_store(), secrets.token_bytes(32)
+    with Listener((reachable_host(), 0), authkey=key) as listener:
+        store.set(ADDRESS_KEY, pickle.dumps((*listener.address, key)))
+        conns = [listener.accept() for _ in range(world - cfg.rollout.processes)]
+    jobs = [pickle.loads(conn.recv_bytes()) for conn in conns]
+    order = sorted(range(len(conns)), key=lambda i: jobs[i]["rank"])
+    trainers, job = [conns[i] for i in order], jobs[order[0]]
+    log.info("rollout rank %d: serving %d trainer rank(s) from step %d", rank, len(trainers), job["start"])
+    try:
+        serve(run, dist.PrefixStore(PAIR_PREFIX, store), job["start"], job["loader"], trainers)
+    except BaseException:
+        error = traceback.format_exc()
+        for conn in trainers:
+            try:
+                send(conn, {"kind": "error", "error": error})
+            except OSError:  # that trainer is gone already
+                pass
+        raise
+    for conn in trainers:
+        conn.close()
 
 
 if __name__ == "__main__":

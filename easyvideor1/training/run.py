@@ -45,7 +45,7 @@ class Run:
     world: int = 1
     data: DataParallel | None = None  # data-parallel place under sequence parallelism (None: rank, world)
     rollout_correction: str = "none"  # algorithm.rollout_correction with `auto` resolved (training.setup)
-    remote: RemoteRollouts | None = None  # rollout.placement=separate: the rollout process's handle
+    remote: RemoteRollouts | None = None  # rollout.placement=separate: the rollout side's handle (process or rank)
     step: int = 0
     history: list[dict[str, float]] = field(default_factory=list)
 

@@ -35,7 +35,7 @@ from easyvideor1.rollout.tools.registry import get_tools
 from easyvideor1.rollout.tools.video_tools import ClipSource
 from easyvideor1.rollout.vllm_engine import VLLMEngine  # imports vllm only when one is built
 from easyvideor1.rollout.vllm_inputs import check_media_limits
-from easyvideor1.training.async_rollout import RemoteRollouts, check_placement
+from easyvideor1.training.async_rollout import check_placement, remote_rollouts, rollout_ranks
 from easyvideor1.training.fsdp import init_distributed, run_root_once, shard
 from easyvideor1.training.groups import RolloutStage, stop_token_ids
 from easyvideor1.training.loader import PromptLoader
@@ -164,7 +164,9 @@ def build_run(cfg: Config) -> Run:
     compute_dtype = resolve_dtype(cfg.model.dtype)
     # A process group also in one process when computing below float32: FSDP2's mixed-precision
     # policy is what keeps float32 master weights beside bf16 compute.
-    rank, world, device = init_distributed(need_group=compute_dtype != torch.float32)
+    check_placement(cfg, distributed.launched()[1])
+    # under torchrun with separate placement the last ranks are rollout ranks: not in this world
+    rank, world, device = init_distributed(need_group=compute_dtype != torch.float32, rollout_ranks=rollout_ranks(cfg))
     seed_everything(cfg.training.seed)
     t = cfg.training
     dp_world = data_parallel(cfg, rank, world).world  # processes / sequence_parallel_size
@@ -237,8 +239,7 @@ def build_run(cfg: Config) -> Run:
                          pixel_dtype=compute_dtype, banned_ids=tuple(banned_token_ids(processor.tokenizer)))
     if sp is not None:  # rows are split over the group's ranks: they must be packed rows
         ctx.padding_free, ctx.sequence_parallel = True, sp
-    check_placement(cfg, world)
-    separate = cfg.rollout.placement == "separate"  # a rollout process generates; this HF engine only validates
+    separate = cfg.rollout.placement == "separate"  # the rollout side generates; this HF engine only validates
     engine = (HFEngine(model, processor, family, spec) if separate
               else make_engine(cfg, model, processor, family, spec, train_samples + val_samples))
     tools = get_tools(cfg.rollout.tools)
@@ -268,7 +269,7 @@ def build_run(cfg: Config) -> Run:
                loader=PromptLoader(train_samples, cfg.training.rollout_batch_size, cfg.training.seed, cfg.data.shuffle),
                prompts=prompts, rollouts=rollouts, ctx=ctx, padding=prompts.empty(), val_samples=val_samples,
                sink=sink, rank=rank, world=world, data=dp, rollout_correction=correction,
-               remote=RemoteRollouts(cfg, device) if separate else None)
+               remote=remote_rollouts(cfg, device, rank))
 
 
 def _end_token(processor) -> str:

@@ -16,7 +16,11 @@ from easyvideor1.data.synth import write_suite
 from easyvideor1.models.tiny import build_tiny_model
 from easyvideor1.config import load_config
 from easyvideor1.config_tree import ConfigError
-from easyvideor1.training.async_rollout import broadcast_versions, check_placement, weight_version
+from easyvideor1.prompts import Prompt
+from easyvideor1.records import RewardResult, Rollout, Sample
+from easyvideor1.training.async_rollout import broadcast_versions, check_placement, trainer_shares, weight_version
+from easyvideor1.training.groups import ScoredGroups
+from easyvideor1.training.hybrid import HybridCounters
 from easyvideor1.training.metrics import read_metrics
 from test_distributed import write_config
 
@@ -57,39 +61,104 @@ def test_placement_errors_name_the_field():
         check_placement(load_config(None, ["training.max_staleness=1"]), 1)
     with pytest.raises(ConfigError, match="LoRA"):
         check_placement(load_config(None, ["rollout.placement=separate", "model.lora.rank=8"]), 1)
-    with pytest.raises(ConfigError, match="torchrun"):
-        check_placement(load_config(None, ["rollout.placement=separate"]), 2)
+    with pytest.raises(ConfigError, match="rollout.processes=2"):
+        check_placement(load_config(None, ["rollout.placement=separate", "rollout.processes=2"]), 3)
+    with pytest.raises(ConfigError, match="sequence_parallel_size"):
+        check_placement(load_config(None, ["rollout.placement=separate", "training.sequence_parallel_size=2"]), 3)
     check_placement(load_config(None, ["rollout.placement=separate", "training.max_staleness=2"]), 1)
+    check_placement(load_config(None, ["rollout.placement=separate"]), 2)  # torchrun: 1 trainer + 1 rollout rank
 
 
-def test_separate_on_policy_equals_colocated(setup):
-    """k = 0 with a rollout process gives the parameters of the one-process run (3 steps), with
-    hybrid groups and dynamic sampling filled on the rollout side."""
+def _scored(slots, n=2):
+    """Global scored groups as the rollout side makes them: one group per loaded slot, in slot
+    order (seeds numbered by the slot), then a padding group per failed one. Prompts carry no
+    pixels: the shares only move them."""
+    samples = [Sample(problem=f"q{i}", answer="A", problem_type="multiple choice", problem_id=f"s{i}")
+               for i in range(4)]
+    pad = Prompt(Sample(problem="", answer="", problem_type="text"), [], None, padding=True)
+    prompts = [Prompt(samples[i], [], None, seed_offset=i * n) for i in slots] + [pad] * (4 - len(slots))
+    groups = [[Rollout(g, [1], "x") for _ in range(n)] for g in range(4)]
+    results = [[RewardResult(float(g), 0.0, 0.0)] * n for g in range(4)]
+    return ScoredGroups(prompts, groups, results, HybridCounters(groups_replaced=3), {"filter/x": 1.0}), samples, pad
+
+
+def test_each_trainer_rank_takes_its_colocated_share():
+    """Without dynamic sampling trainer rank r takes the slots a colocated run gives rank r (here
+    contiguous: balance_ranks off), a failed sample's slot padded; with dynamic sampling equal
+    consecutive parts. Hybrid counts (summed over ranks) go with rank 0, filter metrics with each."""
+    scored, batch, pad = _scored([0, 2, 3])  # slot 1 failed to load
+    cfg = load_config(None, ["training.rollout_batch_size=4", "training.mini_batch_size=4", "training.balance_ranks=false", "rollout.n=2"])
+    shares = trainer_shares(scored, batch, 2, cfg, pad)
+    assert [[p.sample.problem_id or "pad" for p in s.prompts] for s in shares] == [["s0", "pad"], ["s2", "s3"]]
+    assert [[res[0].overall for res in s.results] for s in shares] == [[0.0, 0.0], [1.0, 2.0]]
+    assert [s.hybrid.groups_replaced for s in shares] == [3, 0]
+    assert all(s.filter_metrics == {"filter/x": 1.0} for s in shares)
+    filtered = load_config(None, ["training.rollout_batch_size=4", "training.mini_batch_size=4", "algorithm.online_filtering=true", "rollout.n=2"])
+    scored, batch, pad = _scored([3, 0, 2, 1])  # kept over rounds: any order
+    shares = trainer_shares(scored, batch, 2, filtered, pad)
+    assert [[p.sample.problem_id for p in s.prompts] for s in shares] == [["s3", "s0"], ["s2", "s1"]]
+    assert trainer_shares(scored, batch, 1, filtered, pad) == [scored]
+
+
+def _on_policy_config(root, model, data, name, placement):
+    """3 steps, k = 0, hybrid groups and dynamic sampling (filled on the rollout side when separate)."""
+    return write_config(root, model, data, root / name, steps=3,
+                        rollout={"engine": "hf", "n": 2, "max_tokens": 12, "temperature": 1.0, "placement": placement},
+                        algorithm={"adv_estimator": "grpo", "policy_loss": "ppo_clip", "loss_agg_mode": "token_mean",
+                                   "disable_kl": True, "online_filtering": True, "max_filter_tries": 3})
+
+
+@pytest.fixture(scope="module")
+def colocated(setup):
+    """The one-process colocated run that every on-policy separate run must equal."""
     root, model, data = setup
-    runs = {}
-    for name, placement in (("colocated", "colocated"), ("separate", "separate")):
-        cfg = write_config(root, model, data, root / name, steps=3,
-                           rollout={"engine": "hf", "n": 2, "max_tokens": 12, "temperature": 1.0,
-                                    "placement": placement},
-                           algorithm={"adv_estimator": "grpo", "policy_loss": "ppo_clip", "loss_agg_mode": "token_mean",
-                                      "disable_kl": True, "online_filtering": True, "max_filter_tries": 3})
-        runs[name] = _train(cfg)
-    outs = {k: _finish(p) for k, p in runs.items()}
-    assert "rollout process" in outs["separate"]
-    a = load_file(str(root / "colocated" / "hf_model" / "model.safetensors"))
-    b = load_file(str(root / "separate" / "hf_model" / "model.safetensors"))
-    base = load_file(str(model / "model.safetensors"))
+    _finish(_train(_on_policy_config(root, model, data, "colocated", "colocated")))
+    return root / "colocated"
+
+
+def _equals_colocated(colocated, out, base, rtol, atol):
+    """The run in `out` ended at the colocated run's parameters (within rtol, atol) after 3
+    on-policy steps, with the same dynamic-sampling, hybrid and reward metrics each step."""
+    a = load_file(str(colocated / "hf_model" / "model.safetensors"))
+    b = load_file(str(out / "hf_model" / "model.safetensors"))
+    base = load_file(str(base / "model.safetensors"))
     assert any(not torch.equal(a[n], base[n]) for n in a)  # it trained
     for n in a:
-        torch.testing.assert_close(b[n], a[n], rtol=1e-5, atol=1e-6, msg=n)
-    rows = read_metrics(root / "separate" / "metrics.jsonl")
+        torch.testing.assert_close(b[n], a[n], rtol=rtol, atol=atol, msg=n)
+    rows = read_metrics(out / "metrics.jsonl")
     assert [r["async/staleness_max"] for r in rows] == [0.0, 0.0, 0.0]
     assert all("time/rollout_wait" in r and "time/weight_sync" in r for r in rows[:-1])
-    same = read_metrics(root / "colocated" / "metrics.jsonl")
+    same = read_metrics(colocated / "metrics.jsonl")
     for a_row, b_row in zip(same, rows):  # dynamic sampling and hybrid groups ran on the rollout side alike
         keys = [k for k in a_row if k.startswith(("filter/", "hybrid/", "reward/"))]
         assert "filter/filter_groups_kept" in keys and b_row["hybrid/groups_replaced"] > 0
         assert {k: b_row[k] for k in keys} == {k: a_row[k] for k in keys}
+
+
+def test_separate_on_policy_equals_colocated(setup, colocated):
+    """k = 0 with a rollout process gives the parameters of the one-process run (3 steps), with
+    hybrid groups and dynamic sampling filled on the rollout side."""
+    root, model, data = setup
+    out = _finish(_train(_on_policy_config(root, model, data, "separate", "separate")))
+    assert "rollout process" in out
+    _equals_colocated(colocated, root / "separate", model, rtol=1e-5, atol=1e-6)
+
+
+def test_torchrun_rollout_rank_equals_colocated(setup, colocated):
+    """torchrun with 3 processes: ranks 0-1 train (FSDP2 over the two of them), rank 2 only
+    generates and scores, each trainer rank taking its half of every batch; k = 0 ends at the
+    one-process colocated run's parameters (FSDP's reduction order: rtol 1e-4, atol 1e-5, as
+    `test_distributed`), and every rank exits 0."""
+    root, model, data = setup
+    cfg = _on_policy_config(root, model, data, "torchrun", "separate")
+    # --standalone: the rendezvous takes a free port
+    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "3",
+                        "-m", "easyvideor1.cli", "train", str(cfg)], capture_output=True, text=True, env=ENV,
+                       timeout=1800)
+    assert p.returncode == 0, (p.stdout + p.stderr)[-6000:]
+    assert "rollout rank 2: serving 2 trainer rank(s) from step 0" in p.stderr
+    assert "trainer rank 1: the rollout rank 2 at" in p.stderr
+    _equals_colocated(colocated, root / "torchrun", model, rtol=1e-4, atol=1e-5)
 
 
 def _async_config(root, model, data, name, steps, **extra):
