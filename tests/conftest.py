@@ -60,6 +60,7 @@ LONGEST_FILES = (
     "tests/training/test_sharded_checkpoints.py",
     "tests/training/test_token_balance_distributed.py",
     "tests/evaluation/test_pipeline_vllm.py",
+    "tests/evaluation/test_eval_tools.py",  # measured alone (94 s), not in `make test`: one vLLM start like the line above
     "tests/training/test_distributed.py",
     "tests/training/test_tools_training.py",
     "tests/test_gpu_check.py",

@@ -164,13 +164,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--cache-mode", choices=("prefer_cache", "cache_only", "realtime"), default="prefer_cache",
                    help="read the cache and fall back to decoding, require it, or always decode")
     p.add_argument("--template-dir", default=None, help="prompt template overrides")
-    p.add_argument("--tools", default="", help="video tools the model may call, multi-turn (crop_video,zoom_frame; "
-                                               "--engine hf)")
+    p.add_argument("--tools", default="", help="video tools the model may call, multi-turn (crop_video,zoom_frame); "
+                                               "with --engine vllm, run batch by batch, not asynchronously")
     p.add_argument("--max-samples", type=int, default=0, help="per benchmark (0: all)")
     p.add_argument("--load-workers", type=int, default=4, help="loading threads")
     p.add_argument("--prefetch", type=int, default=16, help="prepared prompts waiting for the engine, at most")
     p.add_argument("--max-batch", type=int, default=8, help="HF engine batch size")
-    p.add_argument("--max-concurrency", type=int, default=64, help="vLLM requests in flight")
+    p.add_argument("--max-concurrency", type=int, default=64,
+                   help="vLLM requests in flight (with --tools: prompts per batch of the tool loop)")
     p.add_argument("--no-async", action="store_true", help="the vanilla loop: load a batch, generate, repeat")
     p.add_argument("--dtype", default="bfloat16", help="model dtype")
     p.add_argument("--judge-endpoint", default=None,

@@ -3,7 +3,10 @@
 Wires the pieces: adapters (`adapters`), score-changing settings and their hash
 (`presets`, `results.check_settings`), frames (`vision.cache.FrameSource`), the model's
 prompt stage (`prompts.PromptBuilder`), an engine, and the asynchronous pipeline
-(`pipeline.run_async`). A resume skips exactly the ids already written.
+(`pipeline.run_async`). A resume skips exactly the ids already written. With `--tools` the
+engine is the tool loop (`rollout.tools.multiturn.ToolEngine`) around the HF engine or
+training's `VLLMEngine`, fed batch by batch (`HFBatchBackend`): vLLM then does not take
+requests one by one as without tools (`AsyncVLLMEngine`).
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from easyvideor1.evaluation.pipeline import (
     split_longest_first,
 )
 from easyvideor1.evaluation.html_report import write_run_info
-from easyvideor1.evaluation.presets import Overrides, default_max_model_len
+from easyvideor1.evaluation.presets import MEDIA_LIMIT, Overrides, default_max_model_len
 from easyvideor1.evaluation.presets import settings as preset_settings
 from easyvideor1.evaluation.report import write_report
 from easyvideor1.evaluation.results import ResultRow, ResultStore
@@ -44,7 +47,7 @@ from easyvideor1.models.mrope import mrope_spec
 from easyvideor1.prompts import Prompt, PromptBuilder
 from easyvideor1.rewards import JudgeConfig, RewardConfig, canonical_type, score
 from easyvideor1.rollout.hf_engine import HFEngine
-from easyvideor1.rollout.vllm_engine import AsyncVLLMEngine  # imports vllm only when one is built
+from easyvideor1.rollout.vllm_engine import AsyncVLLMEngine, VLLMEngine  # import vllm only when one is built
 from easyvideor1.rollout.base import SamplingParams
 from easyvideor1.rollout.tools.multiturn import ToolEngine, ToolLimits
 from easyvideor1.rollout.tools.registry import get_tools
@@ -102,7 +105,9 @@ class Evaluator:
         """`sampling` / `vision` replace the preset's decoding parameters / frame budget
         (e.g. the demo evaluates with its training budget); `overrides` then change single
         values (the command line's `--max-new-tokens`, `--fps`, ...). `tools`: video tools the
-        model may call, multi-turn (`rollout.tools.registry.TOOLS`; HF engine only)."""
+        model may call, multi-turn (`rollout.tools.registry.TOOLS`). With tools, vLLM runs as in
+        training (`VLLMEngine` under `ToolEngine`, `max_concurrency` prompts per batch), not as the
+        asynchronous `AsyncVLLMEngine`."""
         self.options = options or EvalOptions()
         o = self.options
         self.processor = load_processor(model_path)
@@ -123,16 +128,15 @@ class Evaluator:
             self.tools = get_tools(list(tools))
         except ValueError as e:
             raise ConfigError(str(e).replace("rollout.tools", "--tools")) from None
-        if self.tools and engine != "hf":
-            raise ConfigError("--tools runs with --engine hf (eval's asynchronous vLLM engine has no tool loop yet; "
-                              "training's rollout.engine=vllm has one)")
         self.settings = dataclasses.replace(self.settings, tools=",".join(self.tools))
         # each benchmark renders its own prompt text (`prepare`)
         self.prompts = PromptBuilder(FrameSource(self.settings.vision, o.cache_dir, o.cache_mode), self.processor,
                                      self.family, self.spec, tools=[t.schema() for t in self.tools.values()] or None)
         self.params = sampling_from(self.settings)
-        if engine == "vllm":
-            sp = self.settings.sampling
+        sp = self.settings.sampling
+        # prompts per generate call of a synchronous engine (vLLM with tools: as many as it may take)
+        self.batch_size = o.max_concurrency if engine == "vllm" and self.tools else o.max_batch
+        if engine == "vllm" and not self.tools:
             self.backend = AsyncEngineBackend(AsyncVLLMEngine(model_path, self.processor, dtype=o.dtype,
                                                               repetition_penalty=sp.repetition_penalty,
                                                               presence_penalty=sp.presence_penalty,
@@ -140,13 +144,22 @@ class Evaluator:
                                               o.max_concurrency)
             self.engine = None
         else:
-            model = load_policy(model_path, dtype=o.dtype)
-            model.eval()
-            self.engine = HFEngine(model, self.processor, self.family, self.spec, max_batch_size=o.max_batch)
-            if self.tools:  # multi-turn: the tool loop around the engine, default limits
+            limits = ToolLimits()  # multi-turn: the tool loop around the engine, default limits
+            if engine == "vllm":  # the tool loop on training's synchronous vLLM engine, batch by batch
+                self.engine = VLLMEngine(model_path, dtype=o.dtype, enable_sleep_mode=False,
+                                         limit_mm_per_prompt={k: v + limits.max_turns - 1  # one medium per tool turn
+                                                              for k, v in MEDIA_LIMIT.items()},
+                                         repetition_penalty=sp.repetition_penalty,
+                                         presence_penalty=sp.presence_penalty,
+                                         **vllm_engine_args(o, self.settings, config))
+            else:
+                model = load_policy(model_path, dtype=o.dtype)
+                model.eval()
+                self.engine = HFEngine(model, self.processor, self.family, self.spec, max_batch_size=o.max_batch)
+            if self.tools:
                 self.engine = ToolEngine(self.engine, self.processor, self.family, self.spec, self.tools,
-                                         ClipSource(self.settings.vision), ToolLimits())
-            self.backend = HFBatchBackend(self.engine, o.max_batch)
+                                         ClipSource(self.settings.vision), limits)
+            self.backend = HFBatchBackend(self.engine, self.batch_size)
 
     def prepare(self, bench, sample) -> Prompt:
         """`sample`'s prompt with the benchmark's own prompt text (the shared prompt stage)."""
@@ -214,7 +227,7 @@ class Evaluator:
                 asyncio.run(run_async(items, prepare, self.backend, self.params, on_outcome,
                                       o.load_workers, o.prefetch))
             else:
-                run_sync_batches(items, prepare, self.engine, self.params, on_outcome, o.max_batch)
+                run_sync_batches(items, prepare, self.engine, self.params, on_outcome, self.batch_size)
         finally:
             if judged is not None:
                 judged.drain()

@@ -106,7 +106,8 @@ class AsyncEngineBackend:
 
 
 class HFBatchBackend:
-    """Batches whatever prompts are ready (up to `max_batch`) on a synchronous engine."""
+    """Batches whatever prompts are ready (up to `max_batch`) on a synchronous engine: the HF
+    engine, or with `--tools` the tool loop around it or around training's `VLLMEngine`."""
 
     def __init__(self, engine: RolloutEngine, max_batch: int = 8):
         self.engine, self.max_batch = engine, max_batch

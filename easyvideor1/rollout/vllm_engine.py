@@ -115,6 +115,8 @@ class VLLMEngine:
         untie_embeddings: bool = False,
         weights_sync_dir: str | os.PathLike | None = None,
         in_process_engine: bool = False,
+        repetition_penalty: float = 1.0,
+        presence_penalty: float = 0.0,
         **llm_kwargs,
     ):
         """Start vLLM on `model_path`.
@@ -127,7 +129,9 @@ class VLLMEngine:
         checkpoint ties it (module docstring). `weights_sync_dir` is where
         weights are written for multi-process syncs (None: a fresh temp dir; /dev/shm is
         faster on GPU nodes). `in_process_engine`: run vLLM's engine core in this process, so
-        that weight syncs stay in memory (module docstring). Extra keyword arguments go to `vllm.LLM`.
+        that weight syncs stay in memory (module docstring). `repetition_penalty` /
+        `presence_penalty` go to every request (evaluation presets; training keeps 1.0 / 0.0). Extra
+        keyword arguments go to `vllm.LLM`.
         """
         try:
             import vllm
@@ -142,6 +146,7 @@ class VLLMEngine:
         if enable_sleep_mode is None:
             enable_sleep_mode = current_platform.is_sleep_mode_available()
         self._vllm = vllm
+        self.penalties = {"repetition_penalty": repetition_penalty, "presence_penalty": presence_penalty}
         self.model_path = Path(model_path)
         self._sync_root = weights_sync_dir
         self._sync_dir: Path | None = None
@@ -350,7 +355,7 @@ class VLLMEngine:
         return folder
 
     def _sampling_params(self, params: SamplingParams, n: int, seed: int | None):
-        return vllm_sampling_params(self._vllm, params, n, seed, self._bad_words)
+        return vllm_sampling_params(self._vllm, params, n, seed, self._bad_words, **self.penalties)
 
 
 @contextmanager
