@@ -88,6 +88,7 @@ log = logging.getLogger(__name__)
 KEY_ENV = "EASYVIDEOR1_ROLLOUT_KEY"  # the connection's key (hex), handed to the rollout process
 POLL_S = 0.05  # how often a wait looks at the other process
 GROUP_TIMEOUT = datetime.timedelta(hours=2)  # the pair's own limit; liveness polling ends waits first
+SEND_WINDOW_BYTES = 512 * 2**20  # weight broadcasts in flight at once (the sender's extra memory)
 PAIR_PREFIX = "rollout-pair/"  # under torchrun: the weight pair's keys in torchrun's store
 ADDRESS_KEY = "rollout-address"  # under torchrun: (host, port, key) of the rollout rank's listener
 
@@ -204,11 +205,30 @@ def wait_work(work: Any, alive, what: str) -> None:
         raise
 
 
-def broadcast_weights(group: Any, tensors: list[torch.Tensor], alive) -> None:
-    """One broadcast per tensor from rank 0 (all issued, then waited on)."""
-    works = [group.broadcast([t], dist.BroadcastOptions()) for t in tensors]
-    for w in works:
-        wait_work(w, alive, "the weight broadcast")
+class WeightSender:
+    """Broadcasts from rank 0 of the pair, tensor by tensor as they are handed over, with at most
+    `SEND_WINDOW_BYTES` in flight: the sender never holds the whole model in the rollout dtype
+    (under FSDP2 each whole parameter is gathered just before it is sent)."""
+
+    def __init__(self, group: Any, alive):
+        self.group, self.alive = group, alive
+        self.works: list[tuple[Any, int]] = []  # (work, bytes) in flight, oldest first
+        self.in_flight = 0
+
+    def send(self, tensor: torch.Tensor) -> None:
+        self.works.append((self.group.broadcast([tensor], dist.BroadcastOptions()), tensor.nbytes))
+        self.in_flight += tensor.nbytes
+        while self.in_flight > SEND_WINDOW_BYTES and len(self.works) > 1:
+            self._wait_oldest()
+
+    def finish(self) -> None:
+        while self.works:
+            self._wait_oldest()
+
+    def _wait_oldest(self) -> None:
+        work, nbytes = self.works.pop(0)
+        wait_work(work, self.alive, "the weight broadcast")
+        self.in_flight -= nbytes
 
 
 @dataclass
@@ -321,16 +341,16 @@ class RemoteRollouts:
 
     def _send(self) -> None:
         """Every parameter, whole, in `names` order (under FSDP2 a collective of every trainer rank);
-        the pair's trainer (rank 0) broadcasts them."""
+        the pair's trainer (rank 0) broadcasts each as it is gathered (`WeightSender`)."""
         dtype = rollout_dtype(self.cfg)
-        tensors = []
+        sender = None if self.group is None else WeightSender(self.group, self.alive)
         for name in self.names:
             p = self.params[name].detach()
             p = p.full_tensor() if hasattr(p, "full_tensor") else p  # FSDP2: the whole parameter
-            if self.group is not None:
-                tensors.append(p.to(device=self.device, dtype=dtype).contiguous())
-        if self.group is not None:
-            broadcast_weights(self.group, tensors, self.alive)
+            if sender is not None:
+                sender.send(p.to(device=self.device, dtype=dtype).contiguous())
+        if sender is not None:
+            sender.finish()
 
     def take(self, step: int) -> tuple[Any, dict[str, Any], AsyncStats]:
         """Batch `step`'s scored groups, the loader state after it, and its trip's numbers."""
