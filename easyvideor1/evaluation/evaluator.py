@@ -147,8 +147,7 @@ class Evaluator:
             limits = ToolLimits()  # multi-turn: the tool loop around the engine, default limits
             if engine == "vllm":  # the tool loop on training's synchronous vLLM engine, batch by batch
                 self.engine = VLLMEngine(model_path, dtype=o.dtype, enable_sleep_mode=False,
-                                         limit_mm_per_prompt={k: v + limits.max_turns - 1  # one medium per tool turn
-                                                              for k, v in MEDIA_LIMIT.items()},
+                                         limit_mm_per_prompt=limits.media_limits(MEDIA_LIMIT),
                                          repetition_penalty=sp.repetition_penalty,
                                          presence_penalty=sp.presence_penalty,
                                          **vllm_engine_args(o, self.settings, config))

@@ -108,11 +108,12 @@ def make_engine(cfg: Config, model, processor, family, spec, samples: list[Sampl
         limits = {"video": r.limit_videos, "image": r.limit_images}
         check_media_limits(list(samples), limits)
         untied = model.lm_head.weight is not model.get_input_embeddings().weight  # FSDP unties
-        extra = r.max_turns - 1 if r.tools else 0  # room for one tool medium of each kind per tool turn
+        if r.tools:
+            limits = ToolLimits(max_turns=r.max_turns).media_limits(limits)
         return VLLMEngine(cfg.model.path, dtype=r.dtype, tensor_parallel_size=r.tensor_parallel_size,
                           max_model_len=cfg.data.max_prompt_tokens + r.max_tokens,
                           gpu_memory_utilization=r.gpu_memory_utilization,
-                          limit_mm_per_prompt={k: v + extra for k, v in limits.items()},
+                          limit_mm_per_prompt=limits,
                           enable_sleep_mode=None if r.sleep else False, seed=cfg.training.seed,
                           enforce_eager=r.enforce_eager, external_launcher=world > 1, untie_embeddings=untied,
                           in_process_engine=True)  # syncs in memory, no weights file (`rollout.vllm_engine`)

@@ -51,6 +51,11 @@ class ToolLimits:
     call_visual_tokens: int = 256
     response_visual_tokens: int = 1024
 
+    def media_limits(self, limits: dict[str, int]) -> dict[str, int]:
+        """An engine's media per prompt (`limits`: what the data needs) with room for one tool
+        medium of each kind per tool turn (vLLM's `limit_mm_per_prompt`)."""
+        return {k: v + self.max_turns - 1 for k, v in limits.items()}
+
 
 @dataclass
 class _Trajectory:
