@@ -123,7 +123,7 @@ class RolloutConfig:
     parity_check_every: int = 0
     """Every k steps log the engine-vs-trainer log-prob gap per modality (0: never)."""
     tools: list[str] = field(default_factory=list)
-    """Video tools the model may call, multi-turn (`rollout.tools.registry.TOOLS`: crop_video, zoom_frame); empty: off."""
+    """Video tools the model may call, multi-turn (`rollout.tools.registry.TOOLS`: crop_video, zoom_frame); empty: off. A record's `tools` field narrows them per sample (`[]`: none)."""
     max_turns: int = 3
     """Most model turns per response when tools are on (tool calls of the last one are not run)."""
     tool_call_visual_tokens: int = 256

@@ -92,7 +92,8 @@ class PromptBuilder:
     max_prompt_tokens: int | None = None
     """Longer prompts are failures (None: no limit)."""
     tools: list[dict] | None = None
-    """Function schemas of the tools the model may call, listed by the chat template (None: no tools)."""
+    """Function schemas of the run's tools (`rollout.tools`, None: no tools); the chat template of
+    each prompt lists those its sample is offered (`Sample.offered_tools`), or none."""
 
     def build(self, sample: Sample, text: str | None = None, seed_offset: int | None = None) -> Prompt:
         """The prompt of `sample` (`text` replaces the rendered one); raises `MediaError`,
@@ -101,8 +102,10 @@ class PromptBuilder:
             raise ValueError(f"sample {sample.problem_id!r}: no prompt text (this PromptBuilder has no renderer)")
         media = self.frames.frames_for_sample(sample)
         text = self.render(sample) if text is None else text
+        offered = sample.offered_tools(t["function"]["name"] for t in self.tools or [])
+        schemas = [t for t in self.tools or [] if t["function"]["name"] in offered] or None
         inputs = build_inputs(sample, media, text, self.processor, self.family, self.spec, self.max_prompt_tokens,
-                              self.tools)
+                              schemas)
         return Prompt(sample=sample, frames=media, inputs=inputs, seed_offset=seed_offset)
 
     def build_many(self, samples: list[Sample], seed_offsets: list[int] | None = None

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -37,12 +38,23 @@ class Sample:
     offline_output: str | None = None
     video_start: float | None = None  # clip segment start (seconds), sampled not cut
     video_end: float | None = None  # clip segment end (seconds)
+    tools: list[str] | None = None  # tools it may call (of `rollout.tools`); None: all of them, []: none
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """The record as written to JSONL (extra fields flattened back to the top level)."""
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}
         return {**self.extra, **d}
+
+    def offered_tools(self, run_tools: Iterable[str]) -> list[str]:
+        """The names of `run_tools` (the run's `rollout.tools`, in their order) this sample may call.
+
+        >>> Sample("q", "a", "free-form", tools=["zoom_frame"]).offered_tools(["crop_video", "zoom_frame"])
+        ['zoom_frame']
+        >>> Sample("q", "a", "free-form").offered_tools(["crop_video"])
+        ['crop_video']
+        """
+        return [t for t in run_tools if self.tools is None or t in self.tools]
 
 
 @dataclass

@@ -40,30 +40,34 @@ def vision_of(family: str) -> VisionConfig:
                         image_max_pixels=16 * f * f)
 
 
-def tool_prompt(tiny, clip: Path, problem_id: str = "clip", tools=("crop_video", "zoom_frame")) -> Prompt:
-    """The prompt of a one-video sample, with the tools listed by the chat template."""
+def tool_prompt(tiny, clip: Path, problem_id: str = "clip", tools=("crop_video", "zoom_frame"),
+                sample_tools: list[str] | None = None) -> Prompt:
+    """The prompt of a one-video sample in a run with `tools`: the chat template lists those the
+    sample is offered (`sample_tools`: its record's `tools` field)."""
     sample = Sample("What colour is the square?", "blue", "free-form", "video", videos=[str(clip)],
-                    problem_id=problem_id)
+                    problem_id=problem_id, tools=sample_tools)
     builder = PromptBuilder(FrameSource(vision_of(tiny.family.name), mode="realtime"), tiny.processor, tiny.family,
                             tiny.spec, render=lambda s: s.problem, tools=[TOOLS[t].schema() for t in tools])
     return builder.build(sample)
 
 
-def taught(tiny, prompt: Prompt, text: str, steps: int = 150, model=None):
-    """A copy of `model` (default `tiny.model`) fitted to answer `prompt` with `text` + end of
-    turn (greedy); `tiny`: anything with `.processor`, `.family`, `.spec`."""
+def taught(tiny, prompt: Prompt | list[Prompt], text: str, steps: int = 150, model=None):
+    """A copy of `model` (default `tiny.model`) fitted to answer `prompt` (or each of a list, in
+    one batch) with `text` + end of turn (greedy); `tiny`: anything with `.processor`, `.family`, `.spec`."""
     model = copy.deepcopy(tiny.model if model is None else model).train()
     tok = tiny.processor.tokenizer
     ids = tok(text, add_special_tokens=False)["input_ids"] + [tok.convert_tokens_to_ids("<|im_end|>")]
-    batch = collate([append_response(prompt.inputs, ids, tiny.spec)], tiny.family, tiny.spec, tok.pad_token_id)
+    prompts = prompt if isinstance(prompt, list) else [prompt]
+    batch = collate([append_response(p.inputs, ids, tiny.spec) for p in prompts], tiny.family, tiny.spec,
+                    tok.pad_token_id)
     target = batch.input_ids.clone()
     target[~batch.loss_mask] = -100
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         for _ in range(steps):
-            logits = model(**batch.model_kwargs()).logits[0, :-1]
-            loss = torch.nn.functional.cross_entropy(logits, target[0, 1:], ignore_index=-100)
+            logits = model(**batch.model_kwargs()).logits[:, :-1]
+            loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), target[:, 1:].flatten(), ignore_index=-100)
             opt.zero_grad()
             loss.backward()
             opt.step()

@@ -30,7 +30,7 @@ ON_ERROR = ("fail", "skip")
 _CONSUMED = {
     "problem", "answer", "solution", "problem_type", "data_type", "videos", "video", "path",
     "images", "image", "image_path", "options", "problem_id", "data_source",
-    "has_offline_trajectory", "offline_output", "start", "end", "video_start", "video_end",
+    "has_offline_trajectory", "offline_output", "start", "end", "video_start", "video_end", "tools",
 }
 
 
@@ -163,6 +163,9 @@ def record_to_sample(raw: dict[str, Any], index: int, data_root: str | os.PathLi
             raise bad(f"clip bound '{name}' must be a number of seconds, got {v!r}")
     if start is not None and end is not None and end <= start:
         raise bad(f"clip bounds start={start} end={end}: end must be after start")
+    tools = raw.get("tools")
+    if tools is not None and not (isinstance(tools, list) and all(isinstance(t, str) for t in tools)):
+        raise bad(f"'tools' must be a list of tool names (e.g. [\"crop_video\"], or [] for none), got {tools!r}")
     offline = raw.get("offline_output")
     if "solution" in raw and "answer" in raw:
         extra["original_answer"] = raw["answer"]  # e.g. MVBench: option text beside the letter
@@ -181,6 +184,7 @@ def record_to_sample(raw: dict[str, Any], index: int, data_root: str | os.PathLi
         offline_output=offline,
         video_start=float(start) if start is not None else None,
         video_end=float(end) if end is not None else None,
+        tools=tools,
         extra=extra,
     )
 

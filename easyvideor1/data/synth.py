@@ -36,6 +36,9 @@ COLOURS = {"red": (230, 30, 30), "green": (30, 200, 30), "blue": (40, 60, 235), 
 DIRECTIONS = {"left": (-1, 0), "right": (1, 0), "up": (0, -1), "down": (0, 1)}
 TASKS = ("colour", "motion", "count", "presence", "when", "where", "image_colour", "image_count")
 OPT_IN_TASKS = ("flash",)  # written only when asked for (`easyvideor1 synth --tasks`)
+# The tools a task's samples are offered (record field `tools`). A suite that holds one of these
+# tasks gives every other row `tools: []`, so only these prompts carry the tools' system text.
+TASK_TOOLS = {"flash": ["crop_video"]}
 FLASH_SECONDS, FLASH_FRAMES = 8, 2
 FLASH_WINDOW_RE = re.compile(r"between second (\d+) and")
 
@@ -183,7 +186,8 @@ def write_suite(out_dir: str | Path, num_train: int = 256, num_val: int = 64, se
 
     Tasks cycle in order so every split holds each task in equal share (the training split
     cycles `train_mix` instead when given: a task named twice gets twice the share); the
-    content of each sample is drawn from one generator seeded by `seed`.
+    content of each sample is drawn from one generator seeded by `seed`. A suite that holds a
+    task of `TASK_TOOLS` writes each row's `tools`.
     """
     from PIL import Image
 
@@ -191,6 +195,7 @@ def write_suite(out_dir: str | Path, num_train: int = 256, num_val: int = 64, se
     (out / "videos").mkdir(parents=True, exist_ok=True)
     (out / "images").mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
+    per_sample_tools = any(t in TASK_TOOLS for t in tasks + (train_mix or ()))
     paths = {}
     for split, n in (("train", num_train), ("val", num_val)):
         rows = []
@@ -214,6 +219,8 @@ def write_suite(out_dir: str | Path, num_train: int = 256, num_val: int = 64, se
             if task == "flash":  # the correct trajectory looks again at the stated window first
                 window = int(FLASH_WINDOW_RE.search(problem).group(1))
                 rows[-1]["offline_output"] = flash_call(window) + rows[-1]["offline_output"]
+            if per_sample_tools:
+                rows[-1]["tools"] = TASK_TOOLS.get(task, [])
         paths[split] = out / f"{split}.jsonl"
         with open(paths[split], "w", encoding="utf-8") as f:
             for row in rows:

@@ -32,8 +32,9 @@ GROUNDING = ("when", "where")
 ASYNC_OVERRIDES = ["rollout.placement=separate", "training.max_staleness=1"]  # `demo --async`
 CLASSIFICATION = ("colour", "motion", "count", "presence", "image_colour", "image_count")
 # `demo --tools`: the flash task joins the suite (its share of training, 24 held-out samples like
-# every task) and the model may call crop_video: a call, a tool turn with the window's clip (16
-# visual tokens a frame) and the answer share `rollout.max_tokens`.
+# every task) and the model may call crop_video on flash samples (the suite gives the other rows
+# `tools: []`): a call, a tool turn with the window's clip (16 visual tokens a frame) and the answer
+# share `rollout.max_tokens` (a flash sample's correct trajectory: 225 tokens).
 TOOL_OVERRIDES = ["rollout.tools=[crop_video]", "rollout.max_turns=2", "rollout.max_tokens=400"]
 
 

@@ -31,7 +31,7 @@ from easyvideor1.prompts import PromptBuilder
 from easyvideor1.rollout.base import banned_token_ids
 from easyvideor1.rollout.hf_engine import HFEngine
 from easyvideor1.rollout.tools.multiturn import ToolEngine, ToolLimits
-from easyvideor1.rollout.tools.registry import get_tools
+from easyvideor1.rollout.tools.registry import get_tools, tools_not_on
 from easyvideor1.rollout.tools.video_tools import ClipSource
 from easyvideor1.rollout.vllm_engine import VLLMEngine  # imports vllm only when one is built
 from easyvideor1.rollout.vllm_inputs import check_media_limits
@@ -244,6 +244,10 @@ def build_run(cfg: Config) -> Run:
     engine = (HFEngine(model, processor, family, spec) if separate
               else make_engine(cfg, model, processor, family, spec, train_samples + val_samples))
     tools = get_tools(cfg.rollout.tools)
+    count, names = tools_not_on(train_samples + val_samples, cfg.rollout.tools)
+    if count:
+        log.info("%d sample(s) list tools that rollout.tools does not turn on (%s): they are not offered",
+                 count, ", ".join(names))
     if tools:  # multi-turn rollouts (`rollout.tools`)
         r = cfg.rollout
         engine = ToolEngine(engine, processor, family, spec, tools, ClipSource(cfg.vision),

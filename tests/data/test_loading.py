@@ -59,6 +59,8 @@ BAD = {
     "options not a list": {"problem": "q", "answer": "A", "problem_type": "multiple choice", "options": 5},
     "clip end before start": {"problem": "q", "answer": "A", "problem_type": "multiple choice",
                               "path": "v.mp4", "start": 5.0, "end": 2.0},
+    "tools not a list of names": {"problem_id": "t", "problem": "q", "answer": "1", "problem_type": "numerical",
+                                  "tools": "crop_video"},
 }
 
 
@@ -72,6 +74,27 @@ def test_each_bad_record_class_is_named(tmp_path, name):
     with pytest.raises(DataError, match="record 1"):
         load_samples(path, on_error="fail")
     assert [s.problem_id for s in load_samples(path, on_error="skip")] == ["c", "d"]
+
+
+@pytest.mark.parametrize("tools", ["crop_video", [1], {"crop_video": True}])
+def test_a_tools_value_that_is_not_a_list_of_names_is_named(tmp_path, tools):
+    rows = [GOOD[2], dict(GOOD[2], problem_id="t", tools=tools), dict(GOOD[2], problem_id="d")]
+    (problem,) = load_records(_write(tmp_path, rows, "jsonl")).problems
+    assert str(problem).startswith("record 1 (problem_id=t): 'tools' must be a list of tool names")
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+def test_tools_load_and_round_trip(tmp_path, fmt):
+    """Absent (Parquet: null) is None, every tool of the run; a list, [] included, is kept."""
+    rows = [dict(GOOD[2], problem_id="all"), dict(GOOD[2], problem_id="none", tools=[]),
+            dict(GOOD[2], problem_id="zoom", tools=["zoom_frame", "magnify"])]
+    samples = load_samples(_write(tmp_path, rows, fmt))
+    assert [s.tools for s in samples] == [None, [], ["zoom_frame", "magnify"]]
+    assert [s.offered_tools(["crop_video", "zoom_frame"]) for s in samples] == [["crop_video", "zoom_frame"], [],
+                                                                                ["zoom_frame"]]
+    (tmp_path / "again").mkdir()
+    again = load_samples(_write(tmp_path / "again", [s.to_dict() for s in samples], "jsonl"))
+    assert [s.tools for s in again] == [None, [], ["zoom_frame", "magnify"]] and "tools" not in again[0].extra
 
 
 def test_broken_jsonl_line_is_reported_and_the_rest_loads(tmp_path):

@@ -151,3 +151,18 @@ def test_flash_shows_its_colour_only_for_a_moment_inside_the_stated_window(tmp_p
                                                                                       "end": window + 1}}
         assert re.fullmatch(r"<tool_call>.*</tool_call><think>\w+</think><answer>[A-D]</answer>", row["offline_output"],
                             re.S)
+
+
+def test_only_flash_rows_are_offered_a_tool(suite, tmp_path):
+    """`demo --tools`' suite (flash beside other tasks): flash rows list crop_video, every other
+    row lists no tool, so only flash prompts carry the tools' system text; a suite without flash
+    writes no `tools` field (the plain demo's files are unchanged)."""
+    paths = write_suite(tmp_path, num_train=3, num_val=3, tasks=("colour", "image_count", "flash"),
+                        train_mix=("colour", "flash", "flash"))
+    for split in ("train", "val"):
+        rows = [json.loads(line) for line in paths[split].read_text().splitlines()]
+        assert {r["task"]: r["tools"] for r in rows} == (
+            {"colour": [], "flash": ["crop_video"]} if split == "train"
+            else {"colour": [], "image_count": [], "flash": ["crop_video"]})
+    for split in ("train", "val"):
+        assert not any("tools" in json.loads(line) for line in (suite / f"{split}.jsonl").read_text().splitlines())

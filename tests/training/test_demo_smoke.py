@@ -45,7 +45,7 @@ def test_eta_warns_when_the_demo_would_pass_15_minutes(capsys):
 
 
 def test_demo_with_tools_reports_the_flash_task(tmp_path):
-    """`demo --tools`: the flash task joins the suite, rollouts may call crop_video, and
+    """`demo --tools`: the flash task joins the suite, its rollouts may call crop_video, and
     demo_results.json reports flash's accuracy and tool-call rate (a tiny budget: the wiring)."""
     out = tmp_path / "demo"
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
@@ -59,5 +59,6 @@ def test_demo_with_tools_reports_the_flash_task(tmp_path):
         assert {"val/accuracy/flash", "val/tool_call_rate/flash"} <= set(results[when]), when
     val = [json.loads(line) for line in (out / "data" / "val.jsonl").read_text().splitlines()]
     assert sum(row["problem_id"].endswith("-flash") for row in val) == 1
+    assert all(row["tools"] == (["crop_video"] if row["task"] == "flash" else []) for row in val)  # per sample
     metrics = [json.loads(line) for line in (out / "train" / "metrics.jsonl").read_text().splitlines()]
     assert all("tools/calls_per_response" in m for m in metrics)

@@ -18,13 +18,16 @@ placeholder token: the prompt's text tokenised once, the model turns' sampled id
 each tool turn's text tokenised alone) and `Prompt.frames` (every medium in order), which it
 expands itself (its expansion is checked against `inputs.input_ids` token for token, and its
 M-RoPE ids come from the same ids and grids); a call whose media would pass the engine's
-per-prompt media limit is an error turn. Under FSDP every rank takes the same number of rounds
+per-prompt media limit is an error turn. Each prompt may call the tools its sample is offered
+(`Sample.offered_tools`; a call to another is an error turn); a sample offered none is one turn,
+its text never read for calls. Under FSDP every rank takes the same number of rounds
 (a rank with nothing live joins with no prompt, as the HF engine allows).
 Departure: turn k > 1 samples with seed `seed + k * TURN_SEED_STRIDE` (+ the response's offset).
 """
 
 from __future__ import annotations
 
+import logging
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
@@ -38,6 +41,8 @@ from easyvideor1.rollout.base import SamplingParams, counts_per_prompt, sample_s
 from easyvideor1.rollout.tools.protocol import Tool, ToolContext, ToolOutput
 from easyvideor1.rollout.tools.registry import TOOLS, parse_tool_calls, run_call
 from easyvideor1.rollout.tools.turns import TurnMedia, encode_tool_turn, sequence_with_turns, tool_turn_text
+
+log = logging.getLogger(__name__)
 
 TURN_SEED_STRIDE = 7_919_003
 END_OF_TURN = "<|im_end|>"
@@ -62,6 +67,7 @@ class _Trajectory:
     prompt: Prompt
     seed_offset: int
     visual_left: int
+    tools: dict[str, Tool]  # the tools its sample is offered
     tokens: list[int] = field(default_factory=list)
     mask: list[bool] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
@@ -93,7 +99,7 @@ class ToolEngine:
         counts = counts_per_prompt(prompts, n)
         self.prompt_ids = None
         offsets = sample_seeds(counts, 0, [p.seed_offset for p in prompts])
-        states = [[_Trajectory(p, offsets[i][j], self.limits.response_visual_tokens) for j in range(k)]
+        states = [[self._trajectory(p, offsets[i][j]) for j in range(k)]
                   for i, (p, k) in enumerate(zip(prompts, counts))]
         first = self.engine.generate(prompts, counts, params) if prompts or distributed.is_distributed() else []
         for row, group in zip(states, first):
@@ -110,6 +116,10 @@ class ToolEngine:
             for state, group in zip(live, outs):
                 self._after_turn(state, group[0], params.max_tokens)
         return [[self._rollout(i, s) for s in row] for i, row in enumerate(states)]
+
+    def _trajectory(self, prompt: Prompt, seed_offset: int) -> _Trajectory:
+        offered = {name: self.tools[name] for name in prompt.sample.offered_tools(self.tools)}
+        return _Trajectory(prompt, seed_offset, self.limits.response_visual_tokens, offered)
 
     def _continuation(self, s: _Trajectory) -> Prompt:
         inputs = sequence_with_turns(s.prompt.inputs, s.tokens, None, s.media, self.family, self.spec, as_prompt=True)
@@ -131,7 +141,7 @@ class ToolEngine:
         s.mask += [True] * len(ids)
         s.logprobs += logprobs
         s.texts.append(r.text)
-        calls = parse_tool_calls(r.text) if finish == "stop" else []
+        calls = parse_tool_calls(r.text) if finish == "stop" and s.tools else []
         s.unanswered = bool(calls)
         if not calls:
             s.finish = finish
@@ -143,7 +153,7 @@ class ToolEngine:
         for call in calls:
             ctx = ToolContext(s.prompt.sample, s.prompt.frames, self.clips, self.family,
                               min(self.limits.call_visual_tokens, s.visual_left))
-            output, record = run_call(call, self.tools, ctx)
+            output, record = run_call(call, s.tools, ctx)
             over = self._over_media_limit(s, outputs + [output])
             if over:
                 output, record = ToolOutput(f"Error: {over}"), replace(record, error=over, visual_tokens=0)
@@ -184,12 +194,13 @@ class ToolEngine:
         """An offline trajectory whose text calls tools, as a multi-turn response: its text is cut
         after each `</tool_call>` into model turns (end-of-turn appended, as `training.hybrid`
         tokenises it), and every call is run again on the sample's video, never read from the
-        file. Limits as for generated responses; a text without calls is returned unchanged."""
+        file. Limits as for generated responses; a text without calls, or of a sample offered no
+        tool, is returned unchanged."""
         text = prompt.sample.offline_output or offline.text
-        if "<tool_call>" not in text:
+        s = self._trajectory(prompt, 0)
+        if "<tool_call>" not in text or not s.tools:  # a sample offered no tool: its text is just text
             return offline
         tokenizer = self.tokenizer
-        s = _Trajectory(prompt, 0, self.limits.response_visual_tokens)
         for segment in (p for p in re.split(r"(?<=</tool_call>)", text) if p):
             if s.finish is not None:
                 break
@@ -197,6 +208,11 @@ class ToolEngine:
             self._after_turn(s, Rollout(-1, ids, segment), max_tokens)
         if s.finish is None:  # the text ends with a call: nothing answers it
             s.finish = "max_turns"
+        withheld = sorted({c.name for c in s.calls if c.name in TOOLS and c.name not in s.tools})
+        if withheld:
+            log.warning("sample %s: its offline trajectory calls %s, which the sample is not offered (its tools: "
+                        "%s); each such call is an error turn", prompt.sample.problem_id, ", ".join(withheld),
+                        ", ".join(s.tools))
         out = self._rollout(offline.prompt_index, s)
         return replace(out, logprobs=None, finish_reason="offline", offline=True, truncated=s.finish == "length")
 

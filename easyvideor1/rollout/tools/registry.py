@@ -16,7 +16,7 @@ import json
 import re
 from dataclasses import dataclass
 
-from easyvideor1.records import ToolCall
+from easyvideor1.records import Sample, ToolCall
 from easyvideor1.rollout.tools.protocol import Tool, ToolContext, ToolError, ToolOutput, visual_tokens
 from easyvideor1.rollout.tools.video_tools import CROP_VIDEO, ZOOM_FRAME
 
@@ -95,11 +95,13 @@ def check_arguments(tool: Tool, args: dict) -> None:
 
 
 def run_call(call: ParsedCall, tools: dict[str, Tool], ctx: ToolContext) -> tuple[ToolOutput, ToolCall]:
-    """Run one call; bad calls give an error output (module docstring)."""
+    """Run one call to one of `tools` (those the sample is offered); bad calls, and calls to any
+    other tool, give an error output (module docstring)."""
     error = call.error
     output = None
-    if error is None and call.name not in tools:
-        error = f"unknown tool {call.name!r}; available: {', '.join(tools)}"
+    if error is None and call.name not in tools:  # `tools`: those offered to the prompt's sample
+        what = "tool {!r} is not offered to this sample" if call.name in TOOLS else "unknown tool {!r}"
+        error = what.format(call.name) + f"; available: {', '.join(tools)}"
     if error is None:
         try:
             check_arguments(tools[call.name], call.arguments)
@@ -121,6 +123,15 @@ def get_tools(names: list[str]) -> dict[str, Tool]:
     if unknown:
         raise ValueError(f"rollout.tools: unknown tool(s) {', '.join(unknown)}; valid: {', '.join(TOOLS)}")
     return {n: TOOLS[n] for n in names}
+
+
+def tools_not_on(samples: list[Sample], run_tools: list[str]) -> tuple[int, list[str]]:
+    """How many samples list (`Sample.tools`) a tool that `run_tools` (`rollout.tools`) does not
+    turn on, and those names, sorted: not an error (a control run without tools reads the same
+    data), but said once at the start."""
+    names = [[t for t in s.tools if t not in run_tools] for s in samples if s.tools]
+    names = [n for n in names if n]
+    return len(names), sorted({t for n in names for t in n})
 
 
 TOOLS: dict[str, Tool] = {"crop_video": CROP_VIDEO, "zoom_frame": ZOOM_FRAME}
