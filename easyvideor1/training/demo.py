@@ -16,7 +16,8 @@ from tqdm import tqdm
 
 from easyvideor1.config import demo_config_path, load_config
 from easyvideor1.data.loading import load_samples
-from easyvideor1.data.synth import CHANCE, DEMO_TRAIN, DEMO_TRAIN_MIX, DEMO_VAL, OPT_IN_TASKS, TASKS, write_suite
+from easyvideor1.data.synth import (CHANCE, DEMO_TOOLS_MIX, DEMO_TRAIN, DEMO_TRAIN_MIX, DEMO_VAL, OPT_IN_TASKS, TASKS,
+                                   write_suite)
 from easyvideor1.models.tiny import build_tiny_model
 from easyvideor1.training.report import write_training_report
 from easyvideor1.training.setup import build_run
@@ -31,11 +32,14 @@ ETA_FIRST = 20  # steps measured before the first ETA
 GROUNDING = ("when", "where")
 ASYNC_OVERRIDES = ["rollout.placement=separate", "training.max_staleness=1"]  # `demo --async`
 CLASSIFICATION = ("colour", "motion", "count", "presence", "image_colour", "image_count")
-# `demo --tools`: the flash task joins the suite (its share of training, 24 held-out samples like
+# `demo --tools`: the flash task joins the suite (three shares of training, `DEMO_TOOLS_MIX`; 24 held-out samples like
 # every task) and the model may call crop_video on flash samples (the suite gives the other rows
-# `tools: []`): a call, a tool turn with the window's clip (16 visual tokens a frame) and the answer
+# `tools: []`): a call, a tool turn with the window's clip (16 visual tokens per two frames) and the answer
 # share `rollout.max_tokens` (a flash sample's correct trajectory: 225 tokens).
-TOOL_OVERRIDES = ["rollout.tools=[crop_video]", "rollout.max_turns=2", "rollout.max_tokens=400"]
+# Padding-free rows: a flash prompt (the tools' system text, the clip) is ~4x as long as the
+# others, and padded rows were 63% padding (update 2.3 s of a 3.9 s step).
+TOOL_OVERRIDES = ["rollout.tools=[crop_video]", "rollout.max_turns=2", "rollout.max_tokens=400",
+                  "training.padding_free=true"]
 
 
 def demo_template_path() -> str:
@@ -121,7 +125,7 @@ def run_demo(out: str | Path, steps: int | None = None, hybrid: bool = True, see
     print(f"[demo] 1/6 tiny model -> {out / 'model'}")
     model_dir = build_tiny_model("qwen2_5_vl", out / "model", seed=seed, size=model_size)
     print(f"[demo] 2/6 synthetic tasks -> {out / 'data'}")
-    tasks, mix = (TASKS + OPT_IN_TASKS, DEMO_TRAIN_MIX + OPT_IN_TASKS) if tools else (TASKS, DEMO_TRAIN_MIX)
+    tasks, mix = (TASKS + OPT_IN_TASKS, DEMO_TOOLS_MIX) if tools else (TASKS, DEMO_TRAIN_MIX)
     if tools and num_val == DEMO_VAL:
         num_val = DEMO_VAL // len(TASKS) * len(tasks)
     paths = write_suite(out / "data", num_train=num_train, num_val=num_val, seed=seed, tasks=tasks, train_mix=mix)
