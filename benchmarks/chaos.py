@@ -20,10 +20,11 @@ point the run never reached) is counted as missed, not as a kill: that folder is
 complete, and the kill is tried again on a fresh folder (a timer then at 20-90% of the
 finished run's time), so every planned kill lands.
 
-- train_async (rollout.placement=separate, max_staleness 1, checkpoint every 2 steps): as train.
+- train_async (rollout.placement=separate, max_staleness 1, checkpoint every 2 steps): as train;
+  train_async2 the same with 2 rollout processes.
 
 Usage: OMP_WAIT_POLICY=PASSIVE python benchmarks/chaos.py [--kills 10] [--seed 0] [--only cache,train,eval]
-       (--only train_async: the asynchronous case, not in the default list)
+       (--only train_async,train_async2: the asynchronous cases, not in the default list)
 Prints a table: command, runs, kill points (landed), failures. The fast version (3 kill points
 each) is tests/test_chaos.py.
 """
@@ -216,7 +217,8 @@ def cache_case(root: Path, kills: int, seed: int) -> CaseResult:
 
 # ---------------------------------------------------------------- train
 
-def train_config(root: Path, model: Path, data: Path, out: Path, steps: int, separate: bool = False) -> Path:
+def train_config(root: Path, model: Path, data: Path, out: Path, steps: int, separate: int = 0) -> Path:
+    """`separate`: rollout processes under rollout.placement=separate (0: colocated)."""
     cfg = {
         "vision": {"family": "qwen2_5_vl", "max_frames": 4, "video_min_pixels": 3136, "video_max_pixels": 3136,
                    "image_min_pixels": 3136, "image_max_pixels": 3136},
@@ -230,8 +232,9 @@ def train_config(root: Path, model: Path, data: Path, out: Path, steps: int, sep
         "logging": {"out_dir": str(out), "progress": False},
         "checkpoint": {"every": 1, "resume": "auto", "keep": 2},
     }
-    if separate:  # a rollout process one step stale; checkpoints every 2 steps, so the schedule is stale
+    if separate:  # rollout processes one step stale; checkpoints every 2 steps, so the schedule is stale
         cfg["rollout"]["placement"], cfg["training"]["max_staleness"], cfg["checkpoint"]["every"] = "separate", 1, 2
+        cfg["rollout"]["processes"] = separate
     path = root / f"{out.name}.yaml"
     path.write_text(yaml.safe_dump(cfg))
     return path
@@ -243,8 +246,8 @@ def _per_step(path: Path, key: str) -> dict[int, object]:
     return {row["step"]: row.get(key) for row in rows}
 
 
-def train_case(root: Path, kills: int, seed: int, steps: int = 4, separate: bool = False) -> CaseResult:
-    result = CaseResult("train_async" if separate else "train")
+def train_case(root: Path, kills: int, seed: int, steps: int = 4, separate: int = 0) -> CaseResult:
+    result = CaseResult({0: "train", 1: "train_async"}.get(separate, f"train_async{separate}"))
     model = build_tiny_model("qwen2_5_vl", root / "model", seed=seed)
     data = write_suite(root / "data", num_train=6, num_val=0, seed=seed)["train"]
     cmd = lambda out: [sys.executable, "-m", "easyvideor1.cli", "train",  # noqa: E731
@@ -334,8 +337,9 @@ def eval_case(root: Path, kills: int, seed: int, model: Path | None = None) -> C
 
 
 CASES = {"cache": cache_case, "train": train_case, "eval": eval_case,
-         # `rollout.placement=separate`: the trainer SIGKILLed (its rollout process dies with it), then resumed
-         "train_async": lambda root, kills, seed: train_case(root, kills, seed, steps=6, separate=True)}
+         # `rollout.placement=separate`: the trainer SIGKILLed (its rollout processes die with it), then resumed
+         "train_async": lambda root, kills, seed: train_case(root, kills, seed, steps=6, separate=1),
+         "train_async2": lambda root, kills, seed: train_case(root, kills, seed, steps=6, separate=2)}
 
 
 def table(results: list[CaseResult]) -> str:

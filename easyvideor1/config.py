@@ -134,7 +134,7 @@ class RolloutConfig:
     placement: Literal["colocated", "separate"] = "colocated"
     """`colocated`: the trainer generates; `separate`: rollout processes generate and score (`training.async_rollout`)."""
     processes: int = 1
-    """Rollout processes under `separate` placement (1 for now): under torchrun the last ranks, else started by `easyvideor1 train`."""
+    """Rollout processes under `separate` placement, each generating a share of every batch: under torchrun the last ranks, else started by `easyvideor1 train`."""
 
     def __post_init__(self) -> None:
         get_tools(self.tools)  # unknown names list the valid ones

@@ -23,33 +23,44 @@ rollout weights' log-probs (`behaviour_log_probs`), `token_tis` by default:
     r_t = pi_theta(y_t) / pi_prox(y_t),    w_t = min(pi_prox(y_t) / pi_behav(y_t), C)  (detached)
 
 Transport. Weights: a collective broadcast, parameter by parameter in the rollout dtype, over a
-two-rank process group of its own (trainer rank 0 and the rollout side; gloo on CPU, NCCL on
-GPU; not the trainers' world, whose collectives it must not join), never through disk. Scored
-batches: pickled `ScoredGroups` (tensors by value) over authenticated connections
-(`multiprocessing.connection`, a random key).
+process group of their own (trainer rank 0 as rank 0, rollout process i as rank 1 + i: every
+rollout process receives every sync; gloo on CPU, NCCL on GPU; not the trainers' world, whose
+collectives it must not join), never through disk. Scored batches: pickled `ScoredGroups`
+(tensors by value) over authenticated connections (`multiprocessing.connection`, a random key).
 
-Two launches. `easyvideor1 train` in one process starts its rollout process itself, a subprocess
-running the package (`python -m easyvideor1.training.rollout_process`, the key in its
-environment) that connects back to the trainer; the connection carries the run's config, then
-each scored batch (`RemoteRollouts`). Under torchrun the last `rollout.processes` ranks are
-the rollout ranks (`is_rollout_rank`; 1 for now): every rank takes torchrun's store, the
-trainer ranks (0..W-2) make the default process group on a prefix of it with world W-1 (so FSDP,
-checkpoints, rank balance and metrics see trainers only), the rollout rank never joins it. It
-publishes its listener's address and key in the store; every trainer rank connects and takes its
-share of each batch (`trainer_shares`: the slots a colocated run of the trainer ranks gives each);
-every trainer rank gathers each full parameter (FSDP2's `full_tensor`, a collective of the
-trainers) in the same order and trainer rank 0 broadcasts it over the pair's group, made on
-another prefix of the store (`RankRollouts`).
+`rollout.processes` N > 1: the rollout processes are a pool (a default process group of their
+own, gloo, on another prefix of the store) that runs the rollout stage as ONE process would, its
+generation split as a sequence-parallel group splits it (`sequence_parallel.split_rollouts`):
+each process builds every prompt of the step, generates its contiguous N-th of the responses
+(each with the seed it has in one process) and the pieces are gathered, so every process holds
+the whole batch, scores it and takes the same dynamic-sampling and hybrid decisions (the same
+collectives on each). The batch is therefore that of N = 1 for the same seed; rollout process 0
+sends the trainer ranks their shares, the others only generate. Prompts are built and responses
+scored on every rollout process (a reward-model judge is called N times).
 
-Faults: every wait (a broadcast, a batch) polls the rollout process, so one that dies stops the
-trainer within seconds with its exit code; the rollout process kills itself when the trainer
-dies (`rollout_process.die_with_parent`). Under torchrun, torchrun ends every rank when one
-dies and names its rank and exit code (a trainer rank waiting for a batch stops first, naming the
-rollout rank and its error when it sent one; one inside the weight broadcast with gloo's
-"connection closed by peer"). A rollout side whose trainers hang up (a run stopped early) ends
-quietly. Validation runs in the trainer, on an HF engine over the policy (whatever
-`rollout.engine` the rollout side uses). Not yet: more than one rollout process, LoRA, ReMax's
-greedy baseline, video tools, sequence parallelism with rollout ranks.
+Two launches. `easyvideor1 train` in one process starts its N rollout processes itself,
+subprocesses running the package (`python -m easyvideor1.training.rollout_process`, the key in
+their environment) that connect back to the trainer; each connection carries the run's config,
+and process 0's then each scored batch (`RemoteRollouts`). Under torchrun the last
+`rollout.processes` ranks are the rollout ranks (`is_rollout_rank`): every rank takes torchrun's
+store, the trainer ranks (0..W-N-1) make the default process group on a prefix of it with world
+W-N (so FSDP, checkpoints, rank balance and metrics see trainers only), the rollout ranks never
+join it. Each rollout rank publishes its listener's address and key in the store; every trainer
+rank connects to each and takes its share of each batch from rollout rank W-N (`trainer_shares`:
+the slots a colocated run of the trainer ranks gives each); every trainer rank gathers each full
+parameter (FSDP2's `full_tensor`, a collective of the trainers) in the same order and trainer
+rank 0 broadcasts it over the weight group, made on another prefix of the store (`RankRollouts`).
+
+Faults: every wait (a broadcast, a batch) polls the rollout processes, so one that dies stops the
+trainer within seconds, naming it and its exit code (the first to die: a pool peer that fails
+after it, on gloo's "connection closed", is named too); rollout processes kill themselves when
+the trainer dies (`rollout_process.die_with_parent`). Under torchrun, torchrun ends every rank
+when one dies and names its rank and exit code (a trainer rank waiting for a batch stops first,
+naming the rollout rank and its error when it sent one; one inside the weight broadcast with
+gloo's "connection closed by peer"). A rollout side whose trainers hang up (a run stopped early)
+ends quietly. Validation runs in the trainer, on an HF engine over the policy (whatever
+`rollout.engine` the rollout side uses). Not yet: vLLM with more than one rollout process, LoRA,
+ReMax's greedy baseline, video tools, sequence parallelism with rollout ranks.
 """
 
 from __future__ import annotations
@@ -89,8 +100,9 @@ KEY_ENV = "EASYVIDEOR1_ROLLOUT_KEY"  # the connection's key (hex), handed to the
 POLL_S = 0.05  # how often a wait looks at the other process
 GROUP_TIMEOUT = datetime.timedelta(hours=2)  # the pair's own limit; liveness polling ends waits first
 SEND_WINDOW_BYTES = 512 * 2**20  # weight broadcasts in flight at once (the sender's extra memory)
-PAIR_PREFIX = "rollout-pair/"  # under torchrun: the weight pair's keys in torchrun's store
-ADDRESS_KEY = "rollout-address"  # under torchrun: (host, port, key) of the rollout rank's listener
+PAIR_PREFIX = "rollout-pair/"  # the weight group's keys in the store (torchrun's, or the trainer's)
+POOL_PREFIX = "rollout-pool/"  # rollout.processes > 1: the rollout processes' own default group
+ADDRESS_KEY = "rollout-address"  # under torchrun: + "/i", (host, port, key) of rollout rank i's listener
 
 
 def weight_version(step: int, k: int, every: int, start: int = 0) -> int:
@@ -119,9 +131,14 @@ def check_placement(cfg: Config, world: int) -> None:
             raise ConfigError(f"training.max_staleness={cfg.training.max_staleness} needs rollout.placement=separate "
                               "(colocated generation is always on-policy)")
         return
-    if r.processes != 1:
-        raise ConfigError(f"rollout.processes={r.processes}: separate placement runs one rollout process (or rank) "
-                          "for now")
+    if r.processes < 1:
+        raise ConfigError(f"rollout.processes={r.processes} must be >= 1")
+    if world > 1 and r.processes >= world:
+        raise ConfigError(f"rollout.processes={r.processes} under torchrun with {world} processes leaves no trainer "
+                          f"rank: launch more than {r.processes} processes")
+    if r.processes > 1 and r.engine == "vllm":
+        raise ConfigError(f"rollout.processes={r.processes} with rollout.engine=vllm is not supported yet (one vLLM "
+                          "rollout process, or the hf engine)")
     if world > 1 and cfg.training.sequence_parallel_size > 1:
         raise ConfigError("rollout.placement=separate under torchrun with training.sequence_parallel_size > 1 is "
                           "not supported yet")
@@ -138,7 +155,7 @@ def check_placement(cfg: Config, world: int) -> None:
 def rollout_ranks(cfg: Config) -> int:
     """How many of torchrun's processes (the last ones) are rollout ranks: `rollout.processes`
     under separate placement when torchrun launched more than one, else 0 (one process starts
-    its rollout process itself)."""
+    its rollout processes itself)."""
     world = distributed.launched()[1]
     return cfg.rollout.processes if cfg.rollout.placement == "separate" and world > 1 else 0
 
@@ -186,11 +203,12 @@ def trainer_shares(scored: ScoredGroups, batch: list[Sample], trainers: int, cfg
             for r, part in enumerate(parts)]
 
 
-def pair_group(store: dist.Store, rank: int, device: torch.device) -> Any:
-    """Trainer rank 0 (rank 0) and the rollout side (rank 1): a process group of their own."""
+def weight_group(store: dist.Store, rank: int, size: int, device: torch.device) -> Any:
+    """Trainer rank 0 (rank 0) and the `size` - 1 rollout processes (rank 1 + i): a process group
+    of their own, for the weight broadcasts."""
     if device.type == "cuda":
-        return dist.ProcessGroupNCCL(store, rank, 2)
-    return serial_gloo_group(store, rank, 2, GROUP_TIMEOUT)  # one worker thread: distributed.py says why
+        return dist.ProcessGroupNCCL(store, rank, size)
+    return serial_gloo_group(store, rank, size, GROUP_TIMEOUT)  # one worker thread: distributed.py says why
 
 
 def wait_work(work: Any, alive, what: str) -> None:
@@ -241,107 +259,136 @@ class AsyncStats:
 
 
 class RemoteRollouts:
-    """The trainer's handle on the rollout process: start it, send weights, take batches."""
+    """The trainer's handle on its rollout processes: start them, send weights, take batches
+    (from rollout process 0; the others only generate)."""
 
     def __init__(self, cfg: Config, device: torch.device):
         self.cfg, self.device = cfg, device
-        self.process: subprocess.Popen | None = None
+        self.processes: list[subprocess.Popen] = []
         self.pending: list[int] = []  # versions still to broadcast, in order
-        self.group: Any = None  # the weight pair's group (trainer rank 0 only)
+        self.group: Any = None  # the weight group (trainer rank 0 only)
 
     def start(self, model: torch.nn.Module, start: int, loader_state: dict[str, Any]) -> None:
-        """Start the rollout process for batches start+1..steps and send it the weights of `start`."""
-        t = self.cfg.training
+        """Start the rollout processes for batches start+1..steps and send them the weights of `start`."""
+        t, n = self.cfg.training, self.cfg.rollout.processes
         self.threads = torch.get_num_threads()  # back after training (validation, export)
-        threads = max(1, self.threads // 2)  # the cores split between the two processes
+        threads = max(1, self.threads // (n + 1))  # the cores split between the trainer and its rollout processes
         torch.set_num_threads(threads)
         self.pending = broadcast_versions(start, t.steps, t.max_staleness, self.cfg.checkpoint.every)
-        self.store = dist.TCPStore("127.0.0.1", 0, 2, is_master=True, wait_for_workers=False,
+        self.store = dist.TCPStore("127.0.0.1", 0, n + 1, is_master=True, wait_for_workers=False,
                                    timeout=datetime.timedelta(minutes=5))
         key = secrets.token_bytes(32)
         listener = Listener(("127.0.0.1", 0), authkey=key)
         env = {**os.environ, "OMP_NUM_THREADS": str(threads), KEY_ENV: key.hex()}
-        self.process = subprocess.Popen([sys.executable, "-m", "easyvideor1.training.rollout_process",
-                                         str(listener.address[1]), str(os.getpid())], env=env)
-        log.info("rollout process %d started (separate placement, max_staleness %d, %d thread(s) each)",
-                 self.process.pid, t.max_staleness, threads)
-        self.peer = f"the rollout process (pid {self.process.pid})"
-        self._join(model, self._accept(listener), {"cfg": self.cfg, "port": self.store.port, "start": start,
-                                                   "loader": loader_state}, self.store)
+        for i in range(n):
+            self.processes.append(subprocess.Popen([sys.executable, "-m", "easyvideor1.training.rollout_process",
+                                                    str(listener.address[1]), str(os.getpid()), str(i)], env=env))
+            log.info("%s started", self.peer(i))
+        log.info("separate placement: %d rollout process(es), max_staleness %d, %d thread(s) each", n,
+                 t.max_staleness, threads)
+        conns = self._accept(listener, n)
+        job = {"cfg": self.cfg, "port": self.store.port, "start": start, "loader": loader_state}
+        self._join(model, conns, [job] * n, dist.PrefixStore(PAIR_PREFIX, self.store))
 
-    def _join(self, model: torch.nn.Module, conn: Connection, job: dict[str, Any], pair: dist.Store | None) -> None:
-        """Over `conn` to the rollout side: hand it `job`, take its parameter names once its model is
-        built, join the pair's group on `pair` (None: a trainer rank that does not broadcast), send
-        the first weights."""
-        self.conn = conn
-        self.inbox: queue.Queue[bytes | None] = queue.Queue()
-        self.reader = threading.Thread(target=self._read, name="rollout-inbox", daemon=True)
-        self.reader.start()
-        self.conn.send_bytes(pickle.dumps(job))
-        names = self._message("hello")["names"]  # its model is built: now join the pair's group
-        self.group = None if pair is None else pair_group(pair, 0, self.device)
+    def peer(self, i: int) -> str:
+        """Rollout process i, as messages name it."""
+        pid = self.processes[i].pid
+        if self.cfg.rollout.processes == 1:
+            return f"the rollout process (pid {pid})"
+        return f"rollout process {i} (pid {pid})"
+
+    def _join(self, model: torch.nn.Module, conns: list[Connection], jobs: list[dict[str, Any]],
+              pair: dist.Store | None) -> None:
+        """Over `conns` (rollout process i's at i): hand each its job, take the parameter names once
+        their models are built, join the weight group on `pair` (None: a trainer rank that does not
+        broadcast), send the first weights."""
+        self.conns = conns
+        self.inbox: queue.Queue[tuple[int, bytes | None]] = queue.Queue()  # (rollout process, message)
+        self.stash: list[list[dict[str, Any]]] = [[] for _ in conns]  # messages taken while waiting for another
+        self.readers = [threading.Thread(target=self._read, args=(i,), name=f"rollout-inbox-{i}", daemon=True)
+                        for i in range(len(conns))]
+        for reader in self.readers:
+            reader.start()
+        for conn, job in zip(conns, jobs):
+            conn.send_bytes(pickle.dumps(job))
+        names = [self._message("hello", i)["names"] for i in range(len(conns))]  # built: join the weight group
+        self.group = None if pair is None else weight_group(pair, 0, len(conns) + 1, self.device)
         self.params = dict(model.named_parameters())
-        missing = [n for n in names if n not in self.params]
-        if missing:
-            raise RuntimeError(f"{self.peer}'s model has parameters the policy lacks: {missing[:5]}")
-        self.names = names
+        missing = [n for n in names[0] if n not in self.params]
+        if missing or any(other != names[0] for other in names):
+            raise RuntimeError(f"{self.peer(0)}'s model has parameters the policy lacks: {missing[:5]}" if missing
+                               else "the rollout processes built models with different parameters")
+        self.names = names[0]
         self._send()
 
-    def _accept(self, listener: Listener) -> Connection:
-        """The rollout process's connection (authenticated by the key it was given), polling it."""
-        got: list[Connection] = []
-        waiter = threading.Thread(target=lambda: got.append(listener.accept()), daemon=True)
+    def _accept(self, listener: Listener, n: int) -> list[Connection]:
+        """The rollout processes' connections (authenticated by the key they were given), polling
+        them; in the order of their index (each sends it first)."""
+        got: list[tuple[int, Connection]] = []
+
+        def accept() -> None:
+            for _ in range(n):
+                conn = listener.accept()
+                got.append((pickle.loads(conn.recv_bytes()), conn))
+        waiter = threading.Thread(target=accept, daemon=True)
         waiter.start()
         while waiter.is_alive():
-            self.alive("its connection")
+            self.alive("their connections")
             waiter.join(POLL_S)
         listener.close()
-        if not got:
-            raise RuntimeError("the rollout process did not connect to the trainer")
-        return got[0]
+        if len(got) != n:
+            raise RuntimeError("the rollout processes did not connect to the trainer")
+        return [conn for _, conn in sorted(got, key=lambda x: x[0])]
 
     def alive(self, what: str) -> None:
-        """Raise, naming the rollout process and its exit code, when it is gone."""
-        p = self.process
-        if p is not None and p.poll() is not None:
-            raise RuntimeError(f"the rollout process (pid {p.pid}) died with exit code {p.returncode} "
-                               f"while the trainer waited for {what}; see its log above")
+        """Raise, naming every rollout process that is gone and its exit code."""
+        dead = [i for i, p in enumerate(self.processes) if p.poll() is not None]
+        if dead:
+            raise RuntimeError("; ".join(f"{self.peer(i)} died with exit code {self.processes[i].returncode}"
+                                         for i in dead) + f" while the trainer waited for {what}; see its log above")
 
-    def _read(self) -> None:
-        """The reader thread: every message into `inbox` as it comes (None at the end), so the rollout
-        process never blocks on a full socket while the trainer waits in a broadcast for it."""
+    def _read(self, i: int) -> None:
+        """Reader thread i: every message of rollout process i into `inbox` as it comes (None at the
+        end), so a rollout process never blocks on a full socket while the trainer waits in a broadcast."""
         try:
             while True:
-                self.inbox.put(self.conn.recv_bytes())
+                self.inbox.put((i, self.conns[i].recv_bytes()))
         except (EOFError, OSError):
-            self.inbox.put(None)
+            self.inbox.put((i, None))
 
-    def _message(self, kind: str) -> dict[str, Any]:
-        """The next message from the rollout process (polling its liveness); its error re-raised."""
-        while True:
+    def _message(self, kind: str, source: int = 0) -> dict[str, Any]:
+        """The next message from rollout process `source` (polling every process's liveness); an
+        error from any of them re-raised, naming it (after the liveness check: a peer that died
+        first is the cause)."""
+        while not self.stash[source]:
             try:
-                data = self.inbox.get(timeout=POLL_S)
-                break
+                i, data = self.inbox.get(timeout=POLL_S)
             except queue.Empty:
                 self.alive(f"a message ({kind})")
-        if data is None:  # the connection ended
-            self._ended(kind)
-        msg = pickle.loads(data)  # from our own rollout side, over an authenticated connection
-        if msg["kind"] == "error":
-            raise RuntimeError(f"{self.peer} failed:\n{msg['error']}")
+                continue
+            if data is None:  # that connection ended; only the awaited one's end is news
+                if i == source:
+                    self._ended(kind, i)
+                continue
+            msg = pickle.loads(data)  # from our own rollout side, over an authenticated connection
+            if msg["kind"] == "error":
+                self.alive(f"a message ({kind})")
+                raise RuntimeError(f"{self.peer(i)} failed:\n{msg['error']}")
+            self.stash[i].append(msg)
+        msg = self.stash[source].pop(0)
         if msg["kind"] != kind:
-            raise RuntimeError(f"expected a {kind} message from {self.peer}, got {msg['kind']}")
+            raise RuntimeError(f"expected a {kind} message from {self.peer(source)}, got {msg['kind']}")
         return msg
 
-    def _ended(self, kind: str) -> None:
-        """The connection ended: the process ends too; its exit code is the message."""
-        self.process.wait(timeout=60)
+    def _ended(self, kind: str, i: int) -> None:
+        """Connection i ended: its process ends too; its exit code is the message."""
+        self.processes[i].wait(timeout=60)
         self.alive(f"a message ({kind})")
-        raise RuntimeError(f"{self.peer} closed its connection before sending a {kind} message")
+        raise RuntimeError(f"{self.peer(i)} closed its connection before sending a {kind} message")
 
     def _send(self) -> None:
         """Every parameter, whole, in `names` order (under FSDP2 a collective of every trainer rank);
-        the pair's trainer (rank 0) broadcasts each as it is gathered (`WeightSender`)."""
+        trainer rank 0 broadcasts each to every rollout process as it is gathered (`WeightSender`)."""
         dtype = rollout_dtype(self.cfg)
         sender = None if self.group is None else WeightSender(self.group, self.alive)
         for name in self.names:
@@ -371,54 +418,68 @@ class RemoteRollouts:
         return True
 
     def close(self) -> None:
-        """Wait briefly for the rollout process to end, else end it (a run stopped early)."""
-        p, self.process = self.process, None
-        if p is None:
+        """Wait briefly for the rollout processes to end, else end them (a run stopped early)."""
+        processes, self.processes = self.processes, []
+        if not processes:
             return
         torch.set_num_threads(self.threads)
-        try:
-            p.wait(timeout=10 if not self.pending else 0.1)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-        self.conn.close()
+        for p in processes:
+            try:
+                p.wait(timeout=10 if not self.pending else 0.1)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        for conn in self.conns:
+            conn.close()
 
 
 class RankRollouts(RemoteRollouts):
-    """Under torchrun: a trainer rank's handle on the rollout rank (the last rank, started by
-    torchrun, not by the trainer): its share of each batch, and the weights (every trainer rank
-    gathers them, trainer rank 0 sends)."""
+    """Under torchrun: a trainer rank's handle on the rollout ranks (the last ranks, started by
+    torchrun, not by the trainer): its share of each batch (from the first rollout rank), and the
+    weights (every trainer rank gathers them, trainer rank 0 sends)."""
 
     def __init__(self, cfg: Config, device: torch.device, rank: int):
         super().__init__(cfg, device)
         self.rank, self.store = rank, distributed.launch_store()
-        self.peer = f"the rollout rank {distributed.launched()[1] - 1}"
+        self.first = distributed.launched()[1] - cfg.rollout.processes  # the first rollout rank
+
+    def peer(self, i: int) -> str:
+        return f"the rollout rank {self.first + i}"
+
+    def alive(self, what: str) -> None:
+        """torchrun watches the rollout ranks (and ends this rank when one dies)."""
 
     def start(self, model: torch.nn.Module, start: int, loader_state: dict[str, Any]) -> None:
-        """Connect to the rollout rank (its address in torchrun's store once its model is built),
+        """Connect to each rollout rank (its address in torchrun's store once its model is built),
         hand it this rank's start, take part in sending the weights of `start`."""
-        t = self.cfg.training
+        t, n = self.cfg.training, self.cfg.rollout.processes
         self.pending = broadcast_versions(start, t.steps, t.max_staleness, self.cfg.checkpoint.every)
-        host, port, key = pickle.loads(self.store.get(ADDRESS_KEY))
-        log.info("trainer rank %d: %s at %s:%d (separate placement, max_staleness %d)", self.rank, self.peer,
-                 host, port, t.max_staleness)
-        self._join(model, Client((host, port), authkey=key), {"rank": self.rank, "start": start, "loader": loader_state},
-                   dist.PrefixStore(PAIR_PREFIX, self.store) if self.rank == 0 else None)
+        conns = []
+        for i in range(n):
+            host, port, key = pickle.loads(self.store.get(f"{ADDRESS_KEY}/{i}"))
+            log.info("trainer rank %d: %s at %s:%d (separate placement, max_staleness %d)", self.rank, self.peer(i),
+                     host, port, t.max_staleness)
+            conns.append(Client((host, port), authkey=key))
+        job = {"rank": self.rank, "start": start, "loader": loader_state}
+        self._join(model, conns, [job] * n, dist.PrefixStore(PAIR_PREFIX, self.store) if self.rank == 0 else None)
 
-    def _ended(self, kind: str) -> None:
-        raise RuntimeError(f"{self.peer} closed its connection while trainer rank {self.rank} waited for a {kind} "
+    def _ended(self, kind: str, i: int) -> None:
+        raise RuntimeError(f"{self.peer(i)} closed its connection while trainer rank {self.rank} waited for a {kind} "
                            "message: it ended (torchrun's summary gives its exit code)")
 
     def close(self) -> None:
-        """Hang up: a rollout rank with batches left ends quietly (`rollout_process.serve`). The
-        socket is shut down first, so the reader thread ends on end-of-file, not on a closed handle."""
-        with socket.socket(fileno=os.dup(self.conn.fileno())) as s:
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:  # the rollout rank hung up first
-                pass
-        self.reader.join()
-        self.conn.close()
+        """Hang up: rollout ranks with batches left end quietly (`rollout_process.serve`). Each socket
+        is shut down first, so its reader thread ends on end-of-file, not on a closed handle."""
+        for conn in self.conns:
+            with socket.socket(fileno=os.dup(conn.fileno())) as s:
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:  # the rollout rank hung up first
+                    pass
+        for reader in self.readers:
+            reader.join()
+        for conn in self.conns:
+            conn.close()
 
 
 def remote_rollouts(cfg: Config, device: torch.device, rank: int) -> RemoteRollouts | None:

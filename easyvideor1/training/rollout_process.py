@@ -8,16 +8,22 @@ rewards beside generation, dynamic sampling rounds until the batch is full) as o
 sends each trainer rank its share (`async_rollout.trainer_shares`). It never updates the policy
 and holds no optimizer. When the trainers hang up early (training.max_minutes) it ends quietly.
 
+With `rollout.processes` N > 1 the N rollout processes are a pool (`join_pool`: a default process
+group of their own): each runs that same stage as one process, only its generation split
+(`sequence_parallel.split_rollouts`: this process generates its N-th of the responses, the pool
+gathers them), so each holds the whole batch and takes every decision alike; process 0 sends it.
+
 Two launches:
-- `python -m easyvideor1.training.rollout_process PORT PARENT_PID`, by the one-process trainer
-  (`RemoteRollouts.start`): it connects to the trainer's listener with the key in its
-  environment. It dies with the trainer: the kernel sends it SIGKILL when its parent ends
-  (`PR_SET_PDEATHSIG`, Linux), and a thread ends it when its parent pid changes (also when the
-  trainer died while this module was still importing). Any error is sent to the trainer as
-  text, then exit code 1.
-- under torchrun, the last rank (`serve_rank`, from `easyvideor1 train`): it listens, puts its
-  address and key in torchrun's store and takes one connection per trainer rank; torchrun ends
-  it when a trainer dies. Any error is sent to every trainer rank as text, then raised (exit 1).
+- `python -m easyvideor1.training.rollout_process PORT PARENT_PID INDEX`, by the one-process
+  trainer (`RemoteRollouts.start`), once per rollout process: it connects to the trainer's
+  listener with the key in its environment. It dies with the trainer: the kernel sends it SIGKILL
+  when its parent ends (`PR_SET_PDEATHSIG`, Linux), and a thread ends it when its parent pid
+  changes (also when the trainer died while this module was still importing). Any error is sent
+  to the trainer as text, then exit code 1.
+- under torchrun, the last N ranks (`serve_rank`, from `easyvideor1 train`): each listens, puts
+  its address and key in torchrun's store and takes one connection per trainer rank; torchrun
+  ends them when a trainer dies. Any error is sent to every trainer rank as text, then raised
+  (exit 1).
 """
 
 from __future__ import annotations
@@ -33,8 +39,10 @@ import sys
 import threading
 import time
 import traceback
+from dataclasses import dataclass
 from functools import partial
-from multiprocessing.connection import Client, Connection, Listener
+from multiprocessing.connection import Client, Connection, Listener, wait
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -46,13 +54,16 @@ from easyvideor1.models.families import family_of
 from easyvideor1.models.loading import load_policy, load_processor
 from easyvideor1.models.mrope import mrope_spec
 from easyvideor1.prompts import PromptBuilder
+from easyvideor1.models.ulysses import SequenceParallel
 from easyvideor1.rollout.base import banned_token_ids
-from easyvideor1.training.async_rollout import (ADDRESS_KEY, KEY_ENV, PAIR_PREFIX, pair_group, reachable_host,
-                                                rollout_dtype, trainer_shares, wait_work, weight_version)
+from easyvideor1.training.async_rollout import (ADDRESS_KEY, KEY_ENV, PAIR_PREFIX, POOL_PREFIX, reachable_host,
+                                                rollout_dtype, trainer_shares, wait_work, weight_group,
+                                                weight_version)
 from easyvideor1.training.groups import RolloutStage, stop_token_ids
 from easyvideor1.training.loader import PromptLoader
 from easyvideor1.training.metrics import StageTimer
 from easyvideor1.training.run import Run
+from easyvideor1.training.sequence_parallel import DataParallel, split_rollouts
 from easyvideor1.training.sequences import ForwardContext
 from easyvideor1.training.setup import _end_token, load_split, make_engine, make_score_fn, seed_everything
 from easyvideor1.training.trainer import rollout_stage
@@ -84,8 +95,32 @@ def send(conn: Connection, message: dict) -> None:
     conn.send_bytes(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
 
 
-def build_rollout_run(cfg: Config, device: torch.device) -> Run:
-    """A `Run` holding only what `trainer.rollout_stage` reads (no optimizer, no reference)."""
+@dataclass(frozen=True)
+class Pool:
+    """This rollout process's place among the `rollout.processes` (`join_pool`)."""
+
+    index: int
+    size: int
+    solo: Any = None  # a group of this process alone: reductions the pool must not repeat N times
+
+
+def join_pool(store: dist.Store, index: int, size: int) -> Pool:
+    """With more than one rollout process: the pool's default process group (gloo, on a prefix of
+    `store`), in which the HF engine's lockstep decisions and dynamic sampling's stop decision are
+    taken (`distributed.all_true`, ...). Every rollout process calls it (making groups is collective)."""
+    if size == 1:
+        return Pool(index, size)
+    distributed.init_process_group(distributed.CPU_BACKEND, store=dist.PrefixStore(POOL_PREFIX, store), rank=index,
+                                   world_size=size)
+    solo = [dist.new_group([r], backend=distributed.CPU_BACKEND) for r in range(size)][index]
+    return Pool(index, size, solo)
+
+
+def build_rollout_run(cfg: Config, device: torch.device, pool: Pool) -> Run:
+    """A `Run` holding only what `trainer.rollout_stage` reads (no optimizer, no reference). In a
+    pool each process builds every prompt, generates its share of the responses and gathers the
+    rest (`split_rollouts`); the prompt-failure and filter counts, already the batch's, are
+    reduced over this process alone."""
     seed_everything(cfg.training.seed)
     samples = load_split(cfg.data.train_files, cfg)
     model = load_policy(cfg.model.path, rollout_dtype(cfg), cfg.model.attn_implementation, device=device)
@@ -102,29 +137,33 @@ def build_rollout_run(cfg: Config, device: torch.device) -> Run:
     rollouts = RolloutStage(engine, make_score_fn(cfg), processor.tokenizer, _end_token(processor), cfg.rollout,
                             cfg.hybrid, cfg.algorithm, cfg.training.seed,
                             stop_token_ids(cfg.rollout.stop_tokens, processor.tokenizer))
+    if pool.size > 1:
+        rollouts.split = partial(split_rollouts, SequenceParallel(None, pool.index, pool.size))
+        rollouts.count_group = pool.solo
     loader = PromptLoader(samples, cfg.training.rollout_batch_size, cfg.training.seed, cfg.data.shuffle)
     return Run(cfg=cfg, model=model, reference=None, optimizer=None, scheduler=None, kl=None, loader=loader,
-               prompts=prompts, rollouts=rollouts, ctx=ctx, padding=prompts.empty())
+               prompts=prompts, rollouts=rollouts, ctx=ctx, padding=prompts.empty(),
+               data=DataParallel(0, 1, pool.solo))
 
 
 class TrainersGone(Exception):
     """A trainer rank hung up (a run stopped early, or a trainer that failed): nothing left to serve."""
 
 
-def serve(run: Run, store: dist.Store, start: int, loader_state: dict, trainers: list[Connection]) -> None:
+def serve(run: Run, store: dist.Store, start: int, loader_state: dict, trainers: list[Connection], pool: Pool) -> bool:
     """Generate and score batches start+1..steps, each with the weights the schedule names; each of
-    `trainers` (a connection per trainer rank, in rank order) takes its share of each. Returns
-    early when a trainer hangs up."""
+    `trainers` (a connection per trainer rank, in rank order) takes its share of each (sent by
+    rollout process 0). Returns False early when a trainer hangs up."""
     cfg = run.cfg
     run.loader.load_state_dict(loader_state)
     named = dict(run.model.named_parameters())
     for conn in trainers:
         send(conn, {"kind": "hello", "names": list(named)})
-    group = pair_group(store, 1, run.ctx.device)
+    group = weight_group(store, 1 + pool.index, 1 + pool.size, run.ctx.device)
     params = [p.detach() for p in named.values()]
 
-    def hung_up(what: str) -> None:  # a trainer sends nothing after its job: readable means closed
-        if any(conn.poll() for conn in trainers):
+    def hung_up(what: str, within: float = 0.0) -> None:  # a trainer sends nothing after its job: readable means closed
+        if wait(trainers, timeout=within):
             raise TrainersGone(what)
 
     def receive() -> None:  # into the parameters themselves (same order, shape and dtype as sent)
@@ -144,14 +183,25 @@ def serve(run: Run, store: dist.Store, start: int, loader_state: dict, trainers:
             waited = time.perf_counter() - began
             timer = StageTimer()
             batch = run.loader.peek_batch()  # the step's slots, which the trainer ranks' shares follow
-            scored = rollout_stage(run, step, timer)
+            try:
+                scored = rollout_stage(run, step, timer)
+                # every pool process (rank balance may be a collective of the pool); process 0 sends
+                shares = trainer_shares(scored, batch, len(trainers), cfg, run.padding)
+            except RuntimeError:
+                if pool.size > 1:  # a pool peer that ended: because the trainers hung up, or it failed
+                    hung_up("the pool", within=5.0)
+                raise
+            if pool.index:
+                continue
             message = {"kind": "batch", "step": step, "version": version, "loader": run.loader.state_dict(),
                        "train_wait": waited,
                        "metrics": {f"async/{k.removeprefix('time/')}_s": v for k, v in timer.times.items()}}
-            for conn, share in zip(trainers, trainer_shares(scored, batch, len(trainers), cfg, run.padding)):
+            for conn, share in zip(trainers, shares):
                 send(conn, message | {"scored": share})
     except (TrainersGone, BrokenPipeError, ConnectionResetError):
         log.info("the trainers hung up (a run stopped early, or a trainer failed): stopping")
+        return False
+    return True
 
 
 def rollout_device(local_rank: int) -> torch.device:
@@ -163,39 +213,57 @@ def rollout_device(local_rank: int) -> torch.device:
     return device
 
 
-def connect_and_serve(port: int, parent: int) -> None:
-    """Connect to the trainer, take the run's config, serve its batches; errors go to it as text."""
+def connect_and_serve(port: int, parent: int, index: int) -> None:
+    """As rollout process `index`: connect to the trainer, take the run's config, serve its
+    batches; errors go to it as text."""
     die_with_parent(parent)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s rollout %(name)s: %(message)s")
+    logging.basicConfig(level=logging.INFO, format=f"%(levelname)s rollout {index} %(name)s: %(message)s")
     conn = Client(("127.0.0.1", port), authkey=bytes.fromhex(os.environ.pop(KEY_ENV)))
     try:
+        conn.send_bytes(pickle.dumps(index))  # the trainer orders the connections by it
         job = pickle.loads(conn.recv_bytes())  # from the trainer that started this process
         cfg = job["cfg"]
-        run = build_rollout_run(cfg, rollout_device(1))
-        store = dist.TCPStore("127.0.0.1", job["port"], 2, is_master=False, timeout=datetime.timedelta(minutes=5))
-        serve(run, store, job["start"], job["loader"], [conn])
+        store = dist.TCPStore("127.0.0.1", job["port"], cfg.rollout.processes + 1, is_master=False,
+                              timeout=datetime.timedelta(minutes=5))
+        pool = join_pool(store, index, cfg.rollout.processes)
+        run = build_rollout_run(cfg, rollout_device(1 + index), pool)
+        finished = serve(run, dist.PrefixStore(PAIR_PREFIX, store), job["start"], job["loader"], [conn], pool)
     except BaseException:  # noqa: BLE001 - any failure goes to the trainer, which stops with it
         send(conn, {"kind": "error", "error": traceback.format_exc()})
         conn.close()
         sys.exit(1)
     conn.close()
+    leave_pool(pool, finished)
+
+
+def leave_pool(pool: Pool, finished: bool) -> None:
+    """Leave the pool's group: with a barrier when every process served to the end
+    (`distributed.close`); after the trainers hung up a peer may be gone, so end here, at once."""
+    if pool.size == 1:
+        return
+    if not finished:
+        logging.shutdown()
+        os._exit(0)
+    distributed.close()
 
 
 def serve_rank(cfg: Config) -> None:
-    """Under torchrun, as the rollout rank (`async_rollout.is_rollout_rank`): build the rollout
-    run, publish a listener in torchrun's store, take every trainer rank's connection, serve."""
+    """Under torchrun, as a rollout rank (`async_rollout.is_rollout_rank`): build the rollout run,
+    publish a listener in torchrun's store, take every trainer rank's connection, serve."""
     rank, world = distributed.launched()
-    run = build_rollout_run(cfg, rollout_device(int(os.environ.get("LOCAL_RANK", "0"))))
+    trainers_world = world - cfg.rollout.processes
     store, key = distributed.launch_store(), secrets.token_bytes(32)
+    pool = join_pool(store, rank - trainers_world, cfg.rollout.processes)
+    run = build_rollout_run(cfg, rollout_device(int(os.environ.get("LOCAL_RANK", "0"))), pool)
     with Listener((reachable_host(), 0), authkey=key) as listener:
-        store.set(ADDRESS_KEY, pickle.dumps((*listener.address, key)))
-        conns = [listener.accept() for _ in range(world - cfg.rollout.processes)]
+        store.set(f"{ADDRESS_KEY}/{pool.index}", pickle.dumps((*listener.address, key)))
+        conns = [listener.accept() for _ in range(trainers_world)]
     jobs = [pickle.loads(conn.recv_bytes()) for conn in conns]
     order = sorted(range(len(conns)), key=lambda i: jobs[i]["rank"])
     trainers, job = [conns[i] for i in order], jobs[order[0]]
     log.info("rollout rank %d: serving %d trainer rank(s) from step %d", rank, len(trainers), job["start"])
     try:
-        serve(run, dist.PrefixStore(PAIR_PREFIX, store), job["start"], job["loader"], trainers)
+        finished = serve(run, dist.PrefixStore(PAIR_PREFIX, store), job["start"], job["loader"], trainers, pool)
     except BaseException:
         error = traceback.format_exc()
         for conn in trainers:
@@ -206,7 +274,9 @@ def serve_rank(cfg: Config) -> None:
         raise
     for conn in trainers:
         conn.close()
+    if not finished:
+        leave_pool(pool, finished)  # else `cli.main` leaves the pool's group (`distributed.close`)
 
 
 if __name__ == "__main__":
-    connect_and_serve(int(sys.argv[1]), int(sys.argv[2]))
+    connect_and_serve(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]))

@@ -3,6 +3,7 @@ broadcasts over gloo, real kills."""
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -61,12 +62,19 @@ def test_placement_errors_name_the_field():
         check_placement(load_config(None, ["training.max_staleness=1"]), 1)
     with pytest.raises(ConfigError, match="LoRA"):
         check_placement(load_config(None, ["rollout.placement=separate", "model.lora.rank=8"]), 1)
-    with pytest.raises(ConfigError, match="rollout.processes=2"):
-        check_placement(load_config(None, ["rollout.placement=separate", "rollout.processes=2"]), 3)
+    with pytest.raises(ConfigError, match="rollout.processes=0 must be >= 1"):
+        check_placement(load_config(None, ["rollout.placement=separate", "rollout.processes=0"]), 1)
+    with pytest.raises(ConfigError, match="rollout.processes=2 under torchrun with 2 processes leaves no trainer"):
+        check_placement(load_config(None, ["rollout.placement=separate", "rollout.processes=2"]), 2)
+    with pytest.raises(ConfigError, match="rollout.processes=2 with rollout.engine=vllm"):
+        check_placement(load_config(None, ["rollout.placement=separate", "rollout.processes=2",
+                                           "rollout.engine=vllm"]), 1)
     with pytest.raises(ConfigError, match="sequence_parallel_size"):
         check_placement(load_config(None, ["rollout.placement=separate", "training.sequence_parallel_size=2"]), 3)
     check_placement(load_config(None, ["rollout.placement=separate", "training.max_staleness=2"]), 1)
     check_placement(load_config(None, ["rollout.placement=separate"]), 2)  # torchrun: 1 trainer + 1 rollout rank
+    check_placement(load_config(None, ["rollout.placement=separate", "rollout.processes=2"]), 1)  # started by train
+    check_placement(load_config(None, ["rollout.placement=separate", "rollout.processes=2"]), 3)  # 1 trainer + 2
 
 
 def _scored(slots, n=2):
@@ -100,10 +108,11 @@ def test_each_trainer_rank_takes_its_colocated_share():
     assert trainer_shares(scored, batch, 1, filtered, pad) == [scored]
 
 
-def _on_policy_config(root, model, data, name, placement):
+def _on_policy_config(root, model, data, name, placement, processes=1):
     """3 steps, k = 0, hybrid groups and dynamic sampling (filled on the rollout side when separate)."""
     return write_config(root, model, data, root / name, steps=3,
-                        rollout={"engine": "hf", "n": 2, "max_tokens": 12, "temperature": 1.0, "placement": placement},
+                        rollout={"engine": "hf", "n": 2, "max_tokens": 12, "temperature": 1.0, "placement": placement,
+                                 "processes": processes},
                         algorithm={"adv_estimator": "grpo", "policy_loss": "ppo_clip", "loss_agg_mode": "token_mean",
                                    "disable_kl": True, "online_filtering": True, "max_filter_tries": 3})
 
@@ -135,13 +144,34 @@ def _equals_colocated(colocated, out, base, rtol, atol):
         assert {k: b_row[k] for k in keys} == {k: a_row[k] for k in keys}
 
 
-def test_separate_on_policy_equals_colocated(setup, colocated):
-    """k = 0 with a rollout process gives the parameters of the one-process run (3 steps), with
-    hybrid groups and dynamic sampling filled on the rollout side."""
+@pytest.fixture(scope="module")
+def separate(setup):
+    """The k = 0 run with one rollout process."""
     root, model, data = setup
     out = _finish(_train(_on_policy_config(root, model, data, "separate", "separate")))
-    assert "rollout process" in out
-    _equals_colocated(colocated, root / "separate", model, rtol=1e-5, atol=1e-6)
+    assert "the rollout process (pid" in out
+    return root / "separate"
+
+
+def test_separate_on_policy_equals_colocated(setup, colocated, separate):
+    """k = 0 with a rollout process gives the parameters of the one-process run (3 steps), with
+    hybrid groups and dynamic sampling filled on the rollout side."""
+    _equals_colocated(colocated, separate, setup[1], rtol=1e-5, atol=1e-6)
+
+
+def test_two_rollout_processes_equal_one_and_colocated(setup, colocated, separate):
+    """k = 0 with 2 rollout processes (each generating half of every round's responses, dynamic
+    sampling and hybrid groups decided on the gathered batch) ends at the parameters of one rollout
+    process and of the colocated run, with the same filter, hybrid and reward metrics."""
+    root, model, data = setup
+    out = _finish(_train(_on_policy_config(root, model, data, "two", "separate", processes=2)))
+    assert "rollout process 0 (pid" in out and "rollout process 1 (pid" in out
+    assert "separate placement: 2 rollout process(es)" in out
+    _equals_colocated(colocated, root / "two", model, rtol=1e-5, atol=1e-6)
+    a = load_file(str(separate / "hf_model" / "model.safetensors"))
+    b = load_file(str(root / "two" / "hf_model" / "model.safetensors"))
+    for n in a:
+        torch.testing.assert_close(b[n], a[n], rtol=1e-5, atol=1e-6, msg=n)
 
 
 def test_torchrun_rollout_rank_equals_colocated(setup, colocated):
@@ -161,11 +191,27 @@ def test_torchrun_rollout_rank_equals_colocated(setup, colocated):
     _equals_colocated(colocated, root / "torchrun", model, rtol=1e-4, atol=1e-5)
 
 
-def _async_config(root, model, data, name, steps, **extra):
+def test_torchrun_two_rollout_ranks_equal_colocated(setup, colocated):
+    """torchrun with 3 processes and rollout.processes=2: rank 0 trains, ranks 1-2 generate (a pool:
+    half of every round's responses each; rank 1 sends the batches); k = 0 ends at the one-process
+    colocated run's parameters, and every rank exits 0."""
+    root, model, data = setup
+    cfg = _on_policy_config(root, model, data, "torchrun2", "separate", processes=2)
+    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "3",
+                        "-m", "easyvideor1.cli", "train", str(cfg)], capture_output=True, text=True, env=ENV,
+                       timeout=1800)
+    assert p.returncode == 0, (p.stdout + p.stderr)[-6000:]
+    for rank in (1, 2):
+        assert f"rollout rank {rank}: serving 1 trainer rank(s) from step 0" in p.stderr
+        assert f"trainer rank 0: the rollout rank {rank} at" in p.stderr
+    _equals_colocated(colocated, root / "torchrun2", model, rtol=1e-4, atol=1e-5)
+
+
+def _async_config(root, model, data, name, steps, processes=1, **extra):
     return write_config(root, model, data, root / name, steps=steps, training={
         "steps": steps, "rollout_batch_size": 4, "mini_batch_size": 4, "micro_batch_size": 2, "lr": 1e-3,
         "seed": 0, "max_staleness": 1}, rollout={"engine": "hf", "n": 2, "max_tokens": 12, "temperature": 1.0,
-                                                  "placement": "separate"}, **extra)
+                                                  "placement": "separate", "processes": processes}, **extra)
 
 
 def test_one_step_stale_uses_decoupled_ppo_and_resumes_exactly(setup):
@@ -199,14 +245,17 @@ def test_one_step_stale_uses_decoupled_ppo_and_resumes_exactly(setup):
         assert torch.equal(a[n], b[n]), n
 
 
-def _rollout_pid(proc) -> tuple[int, list[str]]:
-    """The rollout process's pid from the trainer's log (read until it is started)."""
-    lines = []
+def _rollout_pids(proc, n) -> list[int]:
+    """The rollout processes' pids from the trainer's log (read until all n are started)."""
+    lines, pids = [], []
     for line in proc.stdout:
         lines.append(line)
-        if "rollout process" in line and "started" in line:
-            return int(line.split("rollout process ")[1].split()[0]), lines
-    raise AssertionError("no rollout process started:\n" + "".join(lines[-40:]))
+        found = re.search(r"rollout process (?:\d+ )?\(pid (\d+)\) started", line)
+        if found:
+            pids.append(int(found.group(1)))
+            if len(pids) == n:
+                return pids
+    raise AssertionError("the rollout processes did not start:\n" + "".join(lines[-40:]))
 
 
 def _first_step(out, timeout=300):
@@ -225,28 +274,29 @@ def _gone(pid: int) -> bool:
 
 
 def test_a_dead_rollout_process_stops_the_trainer(setup):
+    """Of 2 rollout processes the one that only generates (not the one sending batches) is killed."""
     root, model, data = setup
-    proc = _train(_async_config(root, model, data, "dies", 200))
-    pid, _ = _rollout_pid(proc)
+    proc = _train(_async_config(root, model, data, "dies", 200, processes=2))
+    pids = _rollout_pids(proc, 2)
     _first_step(root / "dies")
-    os.kill(pid, signal.SIGKILL)
+    os.kill(pids[1], signal.SIGKILL)
     out = proc.communicate(timeout=60)[0]  # no hang: it stops within a minute
     assert proc.returncode != 0
-    assert f"the rollout process (pid {pid}) died with exit code -9" in out, out[-3000:]
+    assert f"rollout process 1 (pid {pids[1]}) died with exit code -9" in out, out[-3000:]
 
 
-def test_a_killed_trainer_takes_its_rollout_process_with_it(setup):
+def test_a_killed_trainer_takes_its_rollout_processes_with_it(setup):
     root, model, data = setup
-    proc = _train(_async_config(root, model, data, "orphan", 200))
-    pid, _ = _rollout_pid(proc)
+    proc = _train(_async_config(root, model, data, "orphan", 200, processes=2))
+    pids = _rollout_pids(proc, 2)
     _first_step(root / "orphan")
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    proc.stdout.close()  # the rollout process holds the pipe too: no read to its end
+    proc.stdout.close()  # the rollout processes hold the pipe too: no read to its end
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and not _gone(pid):
+    while time.monotonic() < deadline and not all(_gone(pid) for pid in pids):
         time.sleep(0.1)
-    assert _gone(pid), f"rollout process {pid} outlived its trainer"
+    assert all(_gone(pid) for pid in pids), f"rollout processes {pids} outlived their trainer"
 
 
 @pytest.mark.vllm
