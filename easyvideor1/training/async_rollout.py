@@ -288,7 +288,7 @@ class RemoteRollouts:
                  t.max_staleness, threads)
         conns = self._accept(listener, n)
         job = {"cfg": self.cfg, "port": self.store.port, "start": start, "loader": loader_state}
-        self._join(model, conns, [job] * n, dist.PrefixStore(PAIR_PREFIX, self.store))
+        self._join(model, conns, job, dist.PrefixStore(PAIR_PREFIX, self.store))
 
     def peer(self, i: int) -> str:
         """Rollout process i, as messages name it."""
@@ -297,9 +297,9 @@ class RemoteRollouts:
             return f"the rollout process (pid {pid})"
         return f"rollout process {i} (pid {pid})"
 
-    def _join(self, model: torch.nn.Module, conns: list[Connection], jobs: list[dict[str, Any]],
+    def _join(self, model: torch.nn.Module, conns: list[Connection], job: dict[str, Any],
               pair: dist.Store | None) -> None:
-        """Over `conns` (rollout process i's at i): hand each its job, take the parameter names once
+        """Over `conns` (rollout process i's at i): hand each `job`, take the parameter names once
         their models are built, join the weight group on `pair` (None: a trainer rank that does not
         broadcast), send the first weights."""
         self.conns = conns
@@ -309,8 +309,9 @@ class RemoteRollouts:
                         for i in range(len(conns))]
         for reader in self.readers:
             reader.start()
-        for conn, job in zip(conns, jobs):
-            conn.send_bytes(pickle.dumps(job))
+        data = pickle.dumps(job)
+        for conn in conns:
+            conn.send_bytes(data)
         names = [self._message("hello", i)["names"] for i in range(len(conns))]  # built: join the weight group
         self.group = None if pair is None else weight_group(pair, 0, len(conns) + 1, self.device)
         self.params = dict(model.named_parameters())
@@ -461,7 +462,7 @@ class RankRollouts(RemoteRollouts):
                      host, port, t.max_staleness)
             conns.append(Client((host, port), authkey=key))
         job = {"rank": self.rank, "start": start, "loader": loader_state}
-        self._join(model, conns, [job] * n, dist.PrefixStore(PAIR_PREFIX, self.store) if self.rank == 0 else None)
+        self._join(model, conns, job, dist.PrefixStore(PAIR_PREFIX, self.store) if self.rank == 0 else None)
 
     def _ended(self, kind: str, i: int) -> None:
         raise RuntimeError(f"{self.peer(i)} closed its connection while trainer rank {self.rank} waited for a {kind} "

@@ -274,8 +274,8 @@ def serve_rank(cfg: Config) -> None:
         raise
     for conn in trainers:
         conn.close()
-    if not finished:
-        leave_pool(pool, finished)  # else `cli.main` leaves the pool's group (`distributed.close`)
+    if not finished:  # else `cli.main` leaves the pool's group (`distributed.close`)
+        leave_pool(pool, finished=False)
 
 
 if __name__ == "__main__":
