@@ -32,14 +32,17 @@ ETA_FIRST = 20  # steps measured before the first ETA
 GROUNDING = ("when", "where")
 ASYNC_OVERRIDES = ["rollout.placement=separate", "training.max_staleness=1"]  # `demo --async`
 CLASSIFICATION = ("colour", "motion", "count", "presence", "image_colour", "image_count")
-# `demo --tools`: the flash task joins the suite (three shares of training, `DEMO_TOOLS_MIX`; 24 held-out samples like
+# `demo --tools`: the flash task joins the suite (five shares of training, `DEMO_TOOLS_MIX`; 24 held-out samples like
 # every task) and the model may call crop_video on flash samples (the suite gives the other rows
 # `tools: []`): a call, a tool turn with the window's clip (16 visual tokens per two frames) and the answer
 # share `rollout.max_tokens` (a flash sample's correct trajectory: 225 tokens).
 # Padding-free rows: a flash prompt (the tools' system text, the clip) is ~4x as long as the
 # others, and padded rows were 63% padding (update 2.3 s of a 3.9 s step).
+# Token-mean loss: a flash trajectory has ~65 own tokens against ~15 for an answer alone, and its
+# two window digits are what it has to learn; averaging each response first gave each of those
+# tokens a quarter of an answer token's weight.
 TOOL_OVERRIDES = ["rollout.tools=[crop_video]", "rollout.max_turns=2", "rollout.max_tokens=400",
-                  "training.padding_free=true"]
+                  "training.padding_free=true", "algorithm.loss_agg_mode=token_mean"]
 
 
 def demo_template_path() -> str:

@@ -134,7 +134,8 @@ def test_flash_shows_its_colour_only_for_a_moment_inside_the_stated_window(tmp_p
     rng = np.random.default_rng(0)
     for _ in range(8):
         px, problem, answer, ptype, thought, options = _make_task("flash", rng, cfg)
-        window = int(re.search(r"between second (\d+)", problem).group(1))
+        window = int(re.search(r"one-second window that starts at second (\d+)\.", problem).group(1))
+        assert re.findall(r"\d+", problem) == [str(window)]  # one number to copy into the call
         lit = [t for t in range(len(px)) if px[t].any()]
         assert len(px) == FLASH_SECONDS * cfg.fps and len(lit) == FLASH_FRAMES
         assert lit == list(range(lit[0], lit[0] + FLASH_FRAMES))
@@ -145,7 +146,7 @@ def test_flash_shows_its_colour_only_for_a_moment_inside_the_stated_window(tmp_p
     paths = write_suite(tmp_path, num_train=2, num_val=1, tasks=("flash",))
     for line in paths["train"].read_text().splitlines():  # the offline trajectory calls crop_video on the window
         row = json.loads(line)
-        window = int(re.search(r"between second (\d+)", row["problem"]).group(1))
+        window = int(re.search(r"starts at second (\d+)", row["problem"]).group(1))
         call = json.loads(re.search(r"<tool_call>(.*)</tool_call>", row["offline_output"], re.S).group(1))
         assert row["task"] == "flash" and call == {"name": "crop_video", "arguments": {"start": window,
                                                                                       "end": window + 1}}
