@@ -12,6 +12,8 @@ With `rollout.processes` N > 1 the N rollout processes are a pool (`join_pool`: 
 group of their own): each runs that same stage as one process, only its generation split
 (`sequence_parallel.split_rollouts`: this process generates its N-th of the responses, the pool
 gathers them), so each holds the whole batch and takes every decision alike; process 0 sends it.
+A vLLM engine takes the pool's group as its world (one engine per process, or per
+`rollout.tensor_parallel_size` consecutive processes: `rollout.vllm_engine`).
 
 Two launches:
 - `python -m easyvideor1.training.rollout_process PORT PARENT_PID INDEX`, by the one-process
@@ -107,7 +109,8 @@ class Pool:
 def join_pool(store: dist.Store, index: int, size: int) -> Pool:
     """With more than one rollout process: the pool's default process group (gloo, on a prefix of
     `store`), in which the HF engine's lockstep decisions and dynamic sampling's stop decision are
-    taken (`distributed.all_true`, ...). Every rollout process calls it (making groups is collective)."""
+    taken (`distributed.all_true`, ...), and which vLLM's engines take as their world. Every
+    rollout process calls it (making groups is collective)."""
     if size == 1:
         return Pool(index, size)
     distributed.init_process_group(distributed.CPU_BACKEND, store=dist.PrefixStore(POOL_PREFIX, store), rank=index,
