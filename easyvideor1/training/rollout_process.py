@@ -156,7 +156,7 @@ class TrainersGone(Exception):
 def serve(run: Run, store: dist.Store, start: int, loader_state: dict, trainers: list[Connection], pool: Pool) -> bool:
     """Generate and score batches start+1..steps, each with the weights the schedule names; each of
     `trainers` (a connection per trainer rank, in rank order) takes its share of each (sent by
-    rollout process 0). Returns False early when a trainer hangs up."""
+    rollout process 0), then close the engine. Returns False early when a trainer hangs up."""
     cfg = run.cfg
     run.loader.load_state_dict(loader_state)
     named = dict(run.model.named_parameters())
@@ -204,6 +204,9 @@ def serve(run: Run, store: dist.Store, start: int, loader_state: dict, trainers:
     except (TrainersGone, BrokenPipeError, ConnectionResetError):
         log.info("the trainers hung up (a run stopped early, or a trainer failed): stopping")
         return False
+    # Before the pool's group is left: a vLLM engine's shutdown leaves its own groups and the
+    # world (as the trainer's does when its run is freed); at exit, after them, it would fail.
+    run.rollouts.engine.close()
     return True
 
 
