@@ -109,7 +109,7 @@ class RolloutConfig:
     dtype: Literal["float32", "bfloat16", "float16"] = "bfloat16"
     """vLLM's weight and compute dtype, apart from model.dtype (float32 only for exact CPU tests)."""
     tensor_parallel_size: int = 1
-    """vLLM tensor-parallel size: GPUs (torchrun ranks) per engine; must divide the process count."""
+    """vLLM tensor-parallel size: GPUs (torchrun ranks, or rollout processes under `separate` placement) per engine; must divide their count."""
     gpu_memory_utilization: float = 0.6
     """Fraction of GPU memory vLLM may take (colocated with training)."""
     limit_videos: int = 1

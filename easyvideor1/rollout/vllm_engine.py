@@ -42,6 +42,10 @@ everything else works without vllm installed.
   must submit identical requests in identical order (each rank schedules for itself): they
   gather their prompts within the group (vLLM's gloo TP group), generate all, and each keeps
   its own slice. Per-request seeds travel with the prompts, so sampling matches the DP case.
+  vLLM takes the default process group as its world but reads the rank from `RANK` /
+  `LOCAL_RANK`, which are set to that group's while the engine is built (`_launcher_ranks`):
+  a pool of rollout processes (`rollout.processes` under separate placement) is a world of its
+  own, started without torchrun (no `RANK`) or as torchrun's last ranks (another `RANK`).
 - Tied embeddings: FSDP2 training unties them (`training/fsdp.py`), after which the embedding
   and the LM head are trained apart. vLLM's loader with `tie_word_embeddings=true` keeps one
   matrix for both, so a synced `lm_head.weight` overwrites the input embedding (measured,
@@ -157,7 +161,7 @@ class VLLMEngine:
         self.limits = dict(limit_mm_per_prompt or {"video": 1, "image": 2})
         if external_launcher:
             llm_kwargs["distributed_executor_backend"] = "external_launcher"
-        with _engine_core_in_process(in_process_engine):
+        with _engine_core_in_process(in_process_engine), _launcher_ranks(external_launcher):
             self.llm = vllm.LLM(
                 model=str(self.model_path),
                 dtype=dtype,
@@ -372,6 +376,31 @@ def _engine_core_in_process(wanted: bool):
             os.environ.pop(key, None)
         elif wanted:
             os.environ[key] = before
+
+
+@contextmanager
+def _launcher_ranks(wanted: bool):
+    """`RANK` and `LOCAL_RANK` inside the block, when `wanted`, as the default process group
+    places this process: vLLM's `external_launcher` executor reads them from the environment
+    (vllm 0.32 `ExecutorWithExternalLauncher._distributed_args`), then takes the default group
+    as its world (`init_distributed_environment`). They differ from torchrun's in a pool of
+    rollout processes (`training.rollout_process`). `LOCAL_RANK` is the device vLLM takes: the
+    current CUDA device, else (CPU) as set, or the rank."""
+    if not wanted:
+        yield
+        return
+    before = {k: os.environ.get(k) for k in ("RANK", "LOCAL_RANK")}
+    rank = distributed.rank()
+    local = torch.cuda.current_device() if torch.cuda.is_available() else int(before["LOCAL_RANK"] or rank)
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(local))
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 @dataclass

@@ -36,7 +36,12 @@ each process builds every prompt of the step, generates its contiguous N-th of t
 the whole batch, scores it and takes the same dynamic-sampling and hybrid decisions (the same
 collectives on each). The batch is therefore that of N = 1 for the same seed; rollout process 0
 sends the trainer ranks their shares, the others only generate. Prompts are built and responses
-scored on every rollout process (a reward-model judge is called N times).
+scored on every rollout process (a reward-model judge is called N times). With vLLM each rollout
+process runs an engine in process under vLLM's `external_launcher` with the pool's group as its
+world (`rollout.vllm_engine`): `rollout.tensor_parallel_size` k, which must divide N, makes k
+consecutive processes one engine that exchanges their shares; each process loads every sync into
+its engine. The batch is again that of N = 1 up to vLLM's float sums in other batches (measured:
+equal bit for bit with k = 1, parameters 5e-6 apart with k = 2).
 
 Two launches. `easyvideor1 train` in one process starts its N rollout processes itself,
 subprocesses running the package (`python -m easyvideor1.training.rollout_process`, the key in
@@ -59,8 +64,8 @@ when one dies and names its rank and exit code (a trainer rank waiting for a bat
 naming the rollout rank and its error when it sent one; one inside the weight broadcast with
 gloo's "connection closed by peer"). A rollout side whose trainers hang up (a run stopped early)
 ends quietly. Validation runs in the trainer, on an HF engine over the policy (whatever
-`rollout.engine` the rollout side uses). Not yet: vLLM with more than one rollout process, LoRA,
-ReMax's greedy baseline, video tools, sequence parallelism with rollout ranks.
+`rollout.engine` the rollout side uses). Not yet: LoRA, ReMax's greedy baseline, video tools,
+sequence parallelism with rollout ranks, a vLLM tensor-parallel size that does not divide N.
 """
 
 from __future__ import annotations
@@ -136,9 +141,9 @@ def check_placement(cfg: Config, world: int) -> None:
     if world > 1 and r.processes >= world:
         raise ConfigError(f"rollout.processes={r.processes} under torchrun with {world} processes leaves no trainer "
                           f"rank: launch more than {r.processes} processes")
-    if r.processes > 1 and r.engine == "vllm":
-        raise ConfigError(f"rollout.processes={r.processes} with rollout.engine=vllm is not supported yet (one vLLM "
-                          "rollout process, or the hf engine)")
+    if r.engine == "vllm" and r.processes % r.tensor_parallel_size:
+        raise ConfigError(f"rollout.tensor_parallel_size={r.tensor_parallel_size} must divide rollout.processes="
+                          f"{r.processes} under separate placement (each rollout process is one rank of a vLLM engine)")
     if world > 1 and cfg.training.sequence_parallel_size > 1:
         raise ConfigError("rollout.placement=separate under torchrun with training.sequence_parallel_size > 1 is "
                           "not supported yet")

@@ -12,6 +12,8 @@ With `rollout.processes` N > 1 the N rollout processes are a pool (`join_pool`: 
 group of their own): each runs that same stage as one process, only its generation split
 (`sequence_parallel.split_rollouts`: this process generates its N-th of the responses, the pool
 gathers them), so each holds the whole batch and takes every decision alike; process 0 sends it.
+A vLLM engine takes the pool's group as its world (one engine per process, or per
+`rollout.tensor_parallel_size` consecutive processes: `rollout.vllm_engine`).
 
 Two launches:
 - `python -m easyvideor1.training.rollout_process PORT PARENT_PID INDEX`, by the one-process
@@ -107,7 +109,8 @@ class Pool:
 def join_pool(store: dist.Store, index: int, size: int) -> Pool:
     """With more than one rollout process: the pool's default process group (gloo, on a prefix of
     `store`), in which the HF engine's lockstep decisions and dynamic sampling's stop decision are
-    taken (`distributed.all_true`, ...). Every rollout process calls it (making groups is collective)."""
+    taken (`distributed.all_true`, ...), and which vLLM's engines take as their world. Every
+    rollout process calls it (making groups is collective)."""
     if size == 1:
         return Pool(index, size)
     distributed.init_process_group(distributed.CPU_BACKEND, store=dist.PrefixStore(POOL_PREFIX, store), rank=index,
@@ -153,7 +156,7 @@ class TrainersGone(Exception):
 def serve(run: Run, store: dist.Store, start: int, loader_state: dict, trainers: list[Connection], pool: Pool) -> bool:
     """Generate and score batches start+1..steps, each with the weights the schedule names; each of
     `trainers` (a connection per trainer rank, in rank order) takes its share of each (sent by
-    rollout process 0). Returns False early when a trainer hangs up."""
+    rollout process 0), then close the engine. Returns False early when a trainer hangs up."""
     cfg = run.cfg
     run.loader.load_state_dict(loader_state)
     named = dict(run.model.named_parameters())
@@ -201,6 +204,9 @@ def serve(run: Run, store: dist.Store, start: int, loader_state: dict, trainers:
     except (TrainersGone, BrokenPipeError, ConnectionResetError):
         log.info("the trainers hung up (a run stopped early, or a trainer failed): stopping")
         return False
+    # Before the pool's group is left: a vLLM engine's shutdown leaves its own groups and the
+    # world (as the trainer's does when its run is freed); at exit, after them, it would fail.
+    run.rollouts.engine.close()
     return True
 
 

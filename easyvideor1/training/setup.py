@@ -95,8 +95,10 @@ def make_scheduler(optimizer, cfg: Config):
 def make_engine(cfg: Config, model, processor, family, spec, samples: list[Sample] = ()):
     """The rollout engine named by `rollout.engine` (vLLM imported only when chosen).
 
-    vLLM: under torchrun one engine per rank (`external_launcher`; ranks of a tensor-parallel
-    group share one), in one process an in-process engine core (weight syncs stay in memory),
+    vLLM: with more than one process in the default group (torchrun's ranks, or a pool of rollout
+    processes, `rollout_process.join_pool`) one engine per process (`external_launcher`; the
+    processes of a tensor-parallel group share one), in one process an in-process engine core
+    (weight syncs stay in memory),
     context = `data.max_prompt_tokens + rollout.max_tokens`, LM head tied as in the policy
     (FSDP unties it). `samples` are checked against the per-prompt media limits.
     """

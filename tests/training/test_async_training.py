@@ -4,9 +4,11 @@ broadcasts over gloo, real kills."""
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -66,15 +68,17 @@ def test_placement_errors_name_the_field():
         check_placement(load_config(None, ["rollout.placement=separate", "rollout.processes=0"]), 1)
     with pytest.raises(ConfigError, match="rollout.processes=2 under torchrun with 2 processes leaves no trainer"):
         check_placement(load_config(None, ["rollout.placement=separate", "rollout.processes=2"]), 2)
-    with pytest.raises(ConfigError, match="rollout.processes=2 with rollout.engine=vllm"):
-        check_placement(load_config(None, ["rollout.placement=separate", "rollout.processes=2",
-                                           "rollout.engine=vllm"]), 1)
+    with pytest.raises(ConfigError, match="rollout.tensor_parallel_size=2 must divide rollout.processes=3"):
+        check_placement(load_config(None, ["rollout.placement=separate", "rollout.processes=3", "rollout.engine=vllm",
+                                           "rollout.tensor_parallel_size=2"]), 1)
     with pytest.raises(ConfigError, match="sequence_parallel_size"):
         check_placement(load_config(None, ["rollout.placement=separate", "training.sequence_parallel_size=2"]), 3)
     check_placement(load_config(None, ["rollout.placement=separate", "training.max_staleness=2"]), 1)
     check_placement(load_config(None, ["rollout.placement=separate"]), 2)  # torchrun: 1 trainer + 1 rollout rank
     check_placement(load_config(None, ["rollout.placement=separate", "rollout.processes=2"]), 1)  # started by train
     check_placement(load_config(None, ["rollout.placement=separate", "rollout.processes=2"]), 3)  # 1 trainer + 2
+    check_placement(load_config(None, ["rollout.placement=separate", "rollout.processes=2", "rollout.engine=vllm",
+                                       "rollout.tensor_parallel_size=2"]), 1)  # one engine over both
 
 
 def _scored(slots, n=2):
@@ -299,17 +303,93 @@ def test_a_killed_trainer_takes_its_rollout_processes_with_it(setup):
     assert all(_gone(pid) for pid in pids), f"rollout processes {pids} outlived their trainer"
 
 
+def _vllm_config(root, model, data, name, processes=1, tensor_parallel_size=1):
+    """2 steps, k = 0, the rollout side on vLLM in float32 (`test_vllm_trainer.VLLM`), with `processes`
+    rollout processes."""
+    from test_vllm_trainer import VLLM
+
+    return write_config(root, model, data, root / name, steps=2, **VLLM, rollout__placement="separate",
+                        rollout__processes=processes, rollout__tensor_parallel_size=tensor_parallel_size)
+
+
+@pytest.fixture(scope="module")
+def vllm_env(setup):
+    """vLLM's CPU test environment (`test_vllm_trainer._env`), with a short socket folder of its own
+    (conftest's `ipc_dir` is per test)."""
+    pytest.importorskip("vllm")
+    from test_vllm_trainer import _env
+
+    ipc = tempfile.mkdtemp(prefix="ev1-ipc-")
+    yield _env(setup[0], ipc, threads=2)
+    shutil.rmtree(ipc, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def vllm_separate(setup, vllm_env):
+    """The vLLM run with one rollout process."""
+    root, model, data = setup
+    _finish(_train(_vllm_config(root, model, data, "vllm"), env=vllm_env), timeout=900)
+    return root / "vllm"
+
+
 @pytest.mark.vllm
-def test_separate_with_the_vllm_engine(setup, ipc_dir):
+def test_separate_with_the_vllm_engine(vllm_separate):
     """The rollout process runs vLLM (float32): step 2's responses come from the broadcast
     weights of step 1, so their log-probs match the trainer's within float32 noise."""
-    pytest.importorskip("vllm")
-    from test_vllm_trainer import VLLM, _env
-
-    root, model, data = setup
-    cfg = write_config(root, model, data, root / "vllm", steps=2, **VLLM, rollout__placement="separate")
-    _finish(_train(cfg, env=_env(root, ipc_dir, threads=2)), timeout=900)
-    rows = read_metrics(root / "vllm" / "metrics.jsonl")
+    rows = read_metrics(vllm_separate / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2]
     gaps = [v for r in rows for k, v in r.items() if k.startswith("parity/max_gap/")]
     assert gaps and max(gaps) < 1e-4
+
+
+def _equals_one_vllm_process(one, out, base):
+    """The run in `out` generated what the one-process vLLM run `one` generated (the same first group's
+    responses each step, `examples.jsonl`, and the same response, reward and hybrid metrics) and ended at
+    its parameters. Measured equal bit for bit; vLLM's batches differ (float32 sums in another order
+    may), so within rtol 1e-4, atol 1e-5. The log-prob parity of every step holds in `out` too: each
+    rollout process's engine took every weight sync."""
+    a, b = (load_file(str(d / "hf_model" / "model.safetensors")) for d in (one, out))
+    base = load_file(str(base / "model.safetensors"))
+    assert any(not torch.equal(a[n], base[n]) for n in a)  # it trained
+    for n in a:
+        torch.testing.assert_close(b[n], a[n], rtol=1e-4, atol=1e-5, msg=n)
+    assert (out / "examples.jsonl").read_text() == (one / "examples.jsonl").read_text()
+    rows, same = read_metrics(out / "metrics.jsonl"), read_metrics(one / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2]
+    for a_row, b_row in zip(same, rows):
+        keys = [k for k in a_row if k.startswith(("response/", "reward/", "hybrid/"))]
+        assert {"reward/all", "response/length", "hybrid/groups_replaced"} <= set(keys), keys
+        assert {k: b_row[k] for k in keys} == {k: a_row[k] for k in keys}
+        gaps = [v for k, v in b_row.items() if k.startswith("parity/max_gap/")]
+        assert gaps and max(gaps) < 1e-4
+
+
+@pytest.mark.vllm
+def test_two_vllm_rollout_processes_equal_one(setup, vllm_env, vllm_separate):
+    """2 rollout processes, each one rank of a vLLM pool (vLLM's external_launcher on the pool's own
+    process group, an engine each, tensor_parallel_size 1), each generating half of every batch with
+    the responses' own seeds: the responses of one vLLM rollout process, and its parameters."""
+    root, model, data = setup
+    out = _finish(_train(_vllm_config(root, model, data, "vllm2", processes=2), env=vllm_env), timeout=900)
+    assert "rollout process 0 (pid" in out and "rollout process 1 (pid" in out
+    assert "Traceback" not in out  # each engine shut down before its pool's group was left, not at exit
+    _equals_one_vllm_process(vllm_separate, root / "vllm2", model)
+
+
+@pytest.mark.vllm
+def test_torchrun_two_vllm_rollout_ranks_one_tensor_parallel_engine(setup, vllm_env, vllm_separate):
+    """torchrun with 3 processes, rollout.processes=2 and rollout.tensor_parallel_size=2: rank 0
+    trains, ranks 1-2 are the pool and one vLLM engine over both (external_launcher sees the pool's
+    ranks 0-1, not torchrun's 1-2; each rank's half of the responses exchanged within the engine):
+    the responses and parameters of one vLLM rollout process (tensor-parallel sums: measured 5e-6
+    apart), and every rank exits 0."""
+    root, model, data = setup
+    cfg = _vllm_config(root, model, data, "vllm_torchrun2", processes=2, tensor_parallel_size=2)
+    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "3",
+                        "-m", "easyvideor1.cli", "train", str(cfg)], capture_output=True, text=True,
+                       env=vllm_env | {"OMP_NUM_THREADS": "1"}, timeout=900)
+    assert p.returncode == 0, (p.stdout + p.stderr)[-6000:]
+    for rank in (1, 2):
+        assert f"rollout rank {rank}: serving 1 trainer rank(s) from step 0" in p.stderr
+    assert (p.stdout + p.stderr).count("tensor_parallel_size=2") == 2  # vLLM's engine config, on each pool rank
+    _equals_one_vllm_process(vllm_separate, root / "vllm_torchrun2", model)
