@@ -98,6 +98,11 @@ def extract_html(text: str) -> str | None:
 @lru_cache(maxsize=64)
 def screenshot(html: str, window: tuple[int, int], chromium: str, timeout_s: float):
     """RGB uint8 array [H, W, 3] of the page, or None when Chromium fails or times out."""
+    return render_page(html, window, chromium, timeout_s)[0]
+
+
+def render_page(html: str, window: tuple[int, int], chromium: str, timeout_s: float):
+    """(`screenshot`'s image or None, why there is none: "" when there is one)."""
     width, height = window
     as_root = hasattr(os, "geteuid") and os.geteuid() == 0
     drop_to = _unprivileged_ids() if as_root else None
@@ -118,14 +123,15 @@ def screenshot(html: str, window: tuple[int, int], chromium: str, timeout_s: flo
         ]  # fmt: skip
         env = {**os.environ, "HOME": work, "DBUS_SESSION_BUS_ADDRESS": "disabled:"}
         try:
-            subprocess.run(cmd, env=env, cwd=work, capture_output=True, timeout=timeout_s,
-                           preexec_fn=_confine(math.ceil(timeout_s) + 1, drop_to))
+            done = subprocess.run(cmd, env=env, cwd=work, capture_output=True, timeout=timeout_s,
+                                  preexec_fn=_confine(math.ceil(timeout_s) + 1, drop_to))
         except subprocess.TimeoutExpired:
-            return None
+            return None, f"Chromium timed out after {timeout_s:g} s"
         if not os.path.exists(shot):
-            return None
+            last = done.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
+            return None, f"Chromium exited with {done.returncode} and no screenshot ({last[0][:200]})"
         with open(shot, "rb") as f:
-            return png_to_rgb(f.read(), (width, height))
+            return png_to_rgb(f.read(), (width, height)), ""
 
 
 def score(response: str, sample: Sample, cfg: RewardConfig) -> Verdict:
@@ -136,12 +142,16 @@ def score(response: str, sample: Sample, cfg: RewardConfig) -> Verdict:
             "html-code scoring needs Chromium: apt-get install -y chromium (or set RewardConfig.chromium)"
         )
     reference = extract_html(sample.answer)
-    ref_image = (
-        screenshot(reference, cfg.html_window, chromium, cfg.html_timeout_s) if reference else None
-    )
+    ref_image, why = None, "no HTML in it"
+    # The reference is trusted data: a failure there is the sample's error, so it gets a second
+    # try first (one seen in a full test run beside other heavy work rendered fine alone).
+    for _ in range(2 if reference else 0):
+        ref_image, why = render_page(reference, cfg.html_window, chromium, cfg.html_timeout_s)
+        if ref_image is not None:
+            break
     if ref_image is None:
         raise ValueError(
-            f"html-code sample {sample.problem_id!r}: the answer is not a page Chromium can render"
+            f"html-code sample {sample.problem_id!r}: the answer is not a page Chromium can render ({why})"
         )
     html = extract_html(response)
     content = answer_content(response)

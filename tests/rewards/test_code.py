@@ -223,3 +223,14 @@ def test_html_without_chromium_is_a_clear_error():
     sample = Sample(problem="Make it.", answer=PAGE, problem_type="html-code", problem_id="h-1")
     with pytest.raises(RuntimeError, match="apt-get install -y chromium"):
         score(PAGE, sample, RewardConfig(chromium="/nonexistent/chromium"))
+
+
+def test_html_reference_that_does_not_render_names_the_sample_and_why():
+    """A reference page Chromium cannot render is the sample's error, with Chromium's exit code
+    (a real executable that fails: /bin/false), after a second try; an answer with no HTML says so."""
+    sample = Sample(problem="Make it.", answer=PAGE, problem_type="html-code", problem_id="h-2")
+    with pytest.raises(ValueError, match=r"'h-2'.*Chromium exited with 1 and no screenshot"):
+        score(PAGE, sample, RewardConfig(chromium="/bin/false"))
+    empty = Sample(problem="Make it.", answer="plain words", problem_type="html-code", problem_id="h-3")
+    with pytest.raises(ValueError, match=r"'h-3'.*no HTML in it"):
+        score(PAGE, empty, RewardConfig(chromium="/bin/false"))
