@@ -182,9 +182,10 @@ def _make_task(task: str, rng: np.random.Generator, cfg: SynthConfig):
         options = [f"{LETTERS[i]}. {name}" for i, name in enumerate(colour_names)]
         # One number in the question (the window's start), so copying it into the call is a plain
         # lookup of the prompt's only digit. Worded "between second w and second w+1" the tiny
-        # model (2 layers, rotary base 10: no wavelength past ~54 tokens) had to tell the two
-        # digits apart by their words: supervised on the call alone it stayed at chance on the start
-        # after 1,000 steps of 16, and learnt this wording's start by step 650 (1.00 held-out).
+        # model must tell two digits apart ~50 tokens back (likely hard for 2 layers with rotary
+        # base 10, whose longest wavelength is ~54 tokens): supervised on the call alone it stayed
+        # at chance on the start through step 800 of 16, and learnt this wording's start by step
+        # 650 (1.00 held-out; scripts/flash_call_probe.py).
         return px, (f"A square flashes briefly in the one-second window that starts at second {window}. "
                     "What colour is it?"), LETTERS[c], "multiple choice", colour_names[c], options
     raise ValueError(f"unknown synthetic task {task!r}; known: {', '.join(TASKS + OPT_IN_TASKS)}")
