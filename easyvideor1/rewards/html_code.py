@@ -101,6 +101,23 @@ def screenshot(html: str, window: tuple[int, int], chromium: str, timeout_s: flo
     return render_page(html, window, chromium, timeout_s)[0]
 
 
+class _NoPage(Exception):
+    """Chromium made no screenshot of a reference page; the message says why."""
+
+
+@lru_cache(maxsize=64)
+def _reference_screenshot(html: str, window: tuple[int, int], chromium: str, timeout_s: float):
+    """A sample's reference page, rendered once per process (each of its responses is compared
+    with it). The reference is trusted data, so a failure gets a second try (one seen in a full
+    test run beside other heavy work rendered fine alone); a failure raises `_NoPage` and is not
+    cached, so the next sample with that page tries again."""
+    for _ in range(2):
+        image, why = render_page(html, window, chromium, timeout_s)
+        if image is not None:
+            return image
+    raise _NoPage(why)
+
+
 def render_page(html: str, window: tuple[int, int], chromium: str, timeout_s: float):
     """(`screenshot`'s image or None, why there is none: "" when there is one)."""
     width, height = window
@@ -142,17 +159,14 @@ def score(response: str, sample: Sample, cfg: RewardConfig) -> Verdict:
             "html-code scoring needs Chromium: apt-get install -y chromium (or set RewardConfig.chromium)"
         )
     reference = extract_html(sample.answer)
-    ref_image, why = None, "no HTML in it"
-    # The reference is trusted data: a failure there is the sample's error, so it gets a second
-    # try first (one seen in a full test run beside other heavy work rendered fine alone).
-    for _ in range(2 if reference else 0):
-        ref_image, why = render_page(reference, cfg.html_window, chromium, cfg.html_timeout_s)
-        if ref_image is not None:
-            break
-    if ref_image is None:
+    try:
+        if reference is None:
+            raise _NoPage("no HTML in it")
+        ref_image = _reference_screenshot(reference, cfg.html_window, chromium, cfg.html_timeout_s)
+    except _NoPage as e:
         raise ValueError(
-            f"html-code sample {sample.problem_id!r}: the answer is not a page Chromium can render ({why})"
-        )
+            f"html-code sample {sample.problem_id!r}: the answer is not a page Chromium can render ({e})"
+        ) from None
     html = extract_html(response)
     content = answer_content(response)
     valid = html is not None and content is not None and extract_html(content) == html

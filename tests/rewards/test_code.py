@@ -1,5 +1,9 @@
 """Code families: Python against reference tests in the sandbox, SVG and HTML by rendering."""
 
+import shutil
+import tempfile
+from pathlib import Path
+
 import pytest
 
 from easyvideor1.records import Sample
@@ -234,3 +238,42 @@ def test_html_reference_that_does_not_render_names_the_sample_and_why():
     empty = Sample(problem="Make it.", answer="plain words", problem_type="html-code", problem_id="h-3")
     with pytest.raises(ValueError, match=r"'h-3'.*no HTML in it"):
         score(PAGE, empty, RewardConfig(chromium="/bin/false"))
+
+
+def test_html_reference_renders_once_per_process_and_a_failure_is_tried_again(tmp_path):
+    """Every response of a sample is compared with one reference page: it is rendered once and
+    reused (the property test scores 4,000 responses against one page; a launch each took over
+    an hour). A reference that fails is not cached: each score tries it twice again. Counted with
+    a real executable in front of Chromium that writes a line per launch."""
+    chromium = find_chromium()
+    if chromium is None:
+        pytest.skip("Chromium not installed")
+    shared = Path(tempfile.mkdtemp(prefix="ev1-launches-"))  # the browser runs as nobody when we are root
+    try:
+        shared.chmod(0o777)
+        log = shared / "launches"
+        log.touch()
+        log.chmod(0o666)
+        wrappers = {}
+        for name, target in (("works", f'exec {chromium} "$@"'), ("fails", "exit 1")):
+            wrappers[name] = shared / name
+            wrappers[name].write_text(f"#!/bin/sh\necho {name} >> {log}\n{target}\n")
+            wrappers[name].chmod(0o755)
+        launches = lambda: log.read_text().split()  # noqa: E731
+        page = PAGE.replace("#000", "#123456")  # a reference no other test renders in this process
+        sample = Sample(problem="Make it.", answer=page, problem_type="html-code", problem_id="h-4")
+        works = RewardConfig(chromium=str(wrappers["works"]))
+        responses = [page, PAGE, page.replace("320px", "160px")]
+        first = [score(r, sample, works).accuracy for r in responses]
+        assert launches() == ["works"] * 4  # the reference once, each distinct response once
+        assert [score(r, sample, works).accuracy for r in responses] == first and len(launches()) == 4
+        assert first[0] == pytest.approx(1.0) and first[1] < 1.0
+
+        failing = Sample(problem="Make it.", answer=page.replace("#123456", "#654321"), problem_type="html-code",
+                         problem_id="h-5")
+        for tries in (2, 4):
+            with pytest.raises(ValueError, match=r"'h-5'.*Chromium exited with 1"):
+                score(page, failing, RewardConfig(chromium=str(wrappers["fails"])))
+            assert launches().count("fails") == tries
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
