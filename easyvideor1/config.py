@@ -188,6 +188,9 @@ class TrainingConfig:
     """Linear learning-rate warm-up, steps."""
     lr_schedule: Literal["constant", "cosine"] = "constant"
     """Learning-rate schedule after warm-up."""
+    lr_decay_start: float = 0.0
+    """cosine: the fraction of the steps after warm-up that keep the full rate before the decay
+    starts (0: decay from the first step; 0.6: flat for 60%, then cosine to 0 over the rest)."""
     grad_clip: float = 1.0
     """Global gradient-norm clip (steps with a non-finite norm are skipped)."""
     seed: int = 0
@@ -275,6 +278,8 @@ class Config:
                              f"got {t.micro_batch_tokens}")
         if t.sequence_parallel_size < 1:
             raise ValueError(f"training.sequence_parallel_size must be >= 1 (1: off), got {t.sequence_parallel_size}")
+        if not 0.0 <= t.lr_decay_start < 1.0:
+            raise ValueError(f"training.lr_decay_start must be in [0, 1) (a fraction of the steps), got {t.lr_decay_start}")
         if self.hybrid.enable and self.rollout.n < 2:
             raise ValueError("hybrid.enable needs rollout.n >= 2 (n-1 online responses + 1 offline)")
 

@@ -41,8 +41,11 @@ CLASSIFICATION = ("colour", "motion", "count", "presence", "image_colour", "imag
 # Token-mean loss: a flash trajectory has ~65 own tokens against ~15 for an answer alone, and its
 # two window digits are what it has to learn; averaging each response first gave each of those
 # tokens a quarter of an answer token's weight.
+# Full learning rate for 60% of the steps, then the cosine decay: with the decay from step 0 the
+# window digits began to be copied only at step ~900, when the rate was already halved, and were
+# still being learnt at the end (docs/concepts/video-tools.md).
 TOOL_OVERRIDES = ["rollout.tools=[crop_video]", "rollout.max_turns=2", "rollout.max_tokens=400",
-                  "training.padding_free=true", "algorithm.loss_agg_mode=token_mean"]
+                  "training.padding_free=true", "algorithm.loss_agg_mode=token_mean", "training.lr_decay_start=0.6"]
 
 
 def demo_template_path() -> str:

@@ -86,8 +86,9 @@ def make_scheduler(optimizer, cfg: Config):
         if t.warmup_steps and step < t.warmup_steps:
             return (step + 1) / t.warmup_steps
         if t.lr_schedule == "cosine":
-            progress = (step - t.warmup_steps) / max(1, t.steps - t.warmup_steps)
-            return 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+            flat = t.lr_decay_start * (t.steps - t.warmup_steps)
+            progress = (step - t.warmup_steps - flat) / max(1, t.steps - t.warmup_steps - flat)
+            return 0.5 * (1 + math.cos(math.pi * min(1.0, max(0.0, progress))))
         return 1.0
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 

@@ -4,7 +4,7 @@
 import pytest
 import torch
 
-from easyvideor1.config import HybridConfig
+from easyvideor1.config import Config, HybridConfig, TrainingConfig
 from easyvideor1.models.tokenizer import build_tokenizer, chat_template
 from easyvideor1.records import RewardResult, Rollout, Sample
 from easyvideor1.training import checkpoint as ckpt
@@ -13,6 +13,7 @@ from easyvideor1.training.loader import PromptLoader, rank_slice
 from easyvideor1.training.metrics import MetricsSink, console_line, read_metrics
 from easyvideor1.training.report import write_training_report
 from easyvideor1.training.sequences import make_batch, to_response_space
+from easyvideor1.training.setup import make_scheduler
 
 
 def _samples(n, offline=True):
@@ -144,3 +145,22 @@ def test_console_line_names_sections_and_skips_missing_keys():
     metrics = {"reward/all": 0.5, "accuracy/all": 0.25, "accuracy/boolean": 1.0, "time/step": 0.3141}
     line = console_line(metrics, ("reward/all", "accuracy/all", "accuracy/boolean", "time/step", "kl/all"))
     assert line == "reward=0.5  accuracy=0.25  boolean=1  step=0.314"
+
+
+def test_cosine_schedule_warmup_flat_part_and_decay():
+    """training.lr_decay_start keeps the full rate for that fraction of the steps after warm-up,
+    then decays by cosine to 0 at the last step; 0 is the plain cosine."""
+    def factors(**training):
+        cfg = Config(training=TrainingConfig(steps=110, lr_schedule="cosine", **training))
+        opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+        sched = make_scheduler(opt, cfg)
+        return [sched.lr_lambdas[0](s) for s in range(111)]
+
+    plain, wsd = factors(warmup_steps=10), factors(warmup_steps=10, lr_decay_start=0.6)
+    assert plain[:10] == wsd[:10] == [(s + 1) / 10 for s in range(10)]
+    assert plain[10] == 1.0 and plain[60] == pytest.approx(0.5) and plain[110] == pytest.approx(0.0)
+    assert wsd[10:71] == [1.0] * 61  # 60% of the 100 steps after warm-up at the full rate
+    assert wsd[90] == pytest.approx(0.5) and wsd[110] == pytest.approx(0.0)
+    assert all(a >= b for a, b in zip(wsd[70:], wsd[71:]))
+    with pytest.raises(ValueError, match="lr_decay_start must be in"):
+        factors(lr_decay_start=1.0)
