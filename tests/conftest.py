@@ -41,7 +41,8 @@ def ipc_dir():
 
 
 # The longest test files, longest first (measured: `make test`'s durations, summed per file).
-# Under `-n 2 --dist loadfile` a worker takes whole files in collection order as it frees up, so
+# Under `-n 2 --dist loadfile --no-loadscope-reorder` (`make test`; without the last flag xdist
+# sorts files by their number of tests) a worker takes whole files in this order as it frees up, so
 # starting with the longest ones keeps one long file from running alone at the end while the
 # other worker idles (the tail was ~3 minutes of a 13-minute suite). Order only: every test runs.
 LONGEST_FILES = (
