@@ -189,8 +189,7 @@ class TrainingConfig:
     lr_schedule: Literal["constant", "cosine"] = "constant"
     """Learning-rate schedule after warm-up."""
     lr_decay_start: float = 0.0
-    """cosine: the fraction of the steps after warm-up that keep the full rate before the decay
-    starts (0: decay from the first step; 0.6: flat for 60%, then cosine to 0 over the rest)."""
+    """cosine: fraction of the steps after warm-up at the full rate before the decay (0.6: flat for 60%, then cosine to 0)."""
     grad_clip: float = 1.0
     """Global gradient-norm clip (steps with a non-finite norm are skipped)."""
     seed: int = 0
