@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 
+import pytest
 from test_cache_build import TIMEOUT_S, _cache_command, _entries, _env, _read_jsonl
 from vision_media import moving_bar
 
@@ -38,7 +39,10 @@ def test_two_builders_into_one_folder(tmp_path):
     procs = [subprocess.Popen(_cache_command("--data", str(d), "--out", str(out), *ARGS), env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for d in (a, b)]
     results = [p.communicate(timeout=TIMEOUT_S) for p in procs]
-    assert [p.returncode for p in procs] == [1, 0], results  # a: the missing video fails its sample
+    codes = [p.returncode for p in procs]
+    if codes != [1, 0]:  # a: the missing video fails its sample. pytest.fail: both outputs in full
+        pytest.fail(f"exit codes {codes}, expected [1, 0]\n" + "\n".join(
+            f"--- {name} stdout:\n{out}--- {name} stderr:\n{err}" for name, (out, err) in zip("ab", results)))
 
     manifest = [r["problem_id"] for r in _read_jsonl(out / "manifest.jsonl")]
     assert sorted(manifest) == ["s0", "s1", "s2", "s3"], manifest  # each sample exactly once
