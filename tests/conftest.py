@@ -11,6 +11,11 @@ a call that no fused kernel takes fails the test instead of silently using [H, L
 OMP_NUM_THREADS under pytest-xdist (`make test` runs `-n 2`): the workers share the cores as
 torchrun's ranks do (easyvideor1.threads), so two workers on two cores run one thread each
 instead of four threads fighting over two cores. Set before torch is imported, like the rest.
+VLLM_CACHE_ROOT: one folder for the whole run, made by the first process that loads this file
+(pytest, or xdist's master, whose workers and their subprocesses inherit it) and removed at its
+end. vLLM inspects a model class in a subprocess of its own (~10 s of CPU: it imports vLLM again)
+unless this folder holds the class's description from an earlier engine start; with a folder per
+test every vLLM start paid it. The description is keyed by the hash of vLLM's model file.
 """
 
 import os
@@ -26,6 +31,13 @@ if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
 
 import shutil  # noqa: E402
 import tempfile  # noqa: E402
+
+if "EV1_TEST_VLLM_CACHE_ROOT" not in os.environ:  # the first process: xdist's master or a plain pytest
+    os.environ["EV1_TEST_VLLM_CACHE_ROOT"] = tempfile.mkdtemp(prefix="ev1-vllm-cache-")
+    _OWN_VLLM_CACHE = True
+else:
+    _OWN_VLLM_CACHE = False
+os.environ["VLLM_CACHE_ROOT"] = os.environ["EV1_TEST_VLLM_CACHE_ROOT"]
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
@@ -72,6 +84,11 @@ LONGEST_FILES = (
     "tests/rollout/test_vllm_context.py",
     "tests/training/test_memory_plan.py",
 )
+
+
+def pytest_unconfigure(config):
+    if _OWN_VLLM_CACHE:
+        shutil.rmtree(os.environ["EV1_TEST_VLLM_CACHE_ROOT"], ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config, items):

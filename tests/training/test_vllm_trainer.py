@@ -28,7 +28,7 @@ VLLM = {"rollout__engine": "vllm", "rollout__dtype": "float32", "rollout__enforc
 def _env(tmp_path, ipc, threads: int = 2) -> dict:
     return {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "TORCH_COMPILE_DISABLE": "1", "HF_HUB_OFFLINE": "1",
             "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_NUM_THREADS": str(threads),
-            "VLLM_RPC_BASE_PATH": str(ipc), "VLLM_CACHE_ROOT": str(tmp_path / "vc"),
+            "VLLM_RPC_BASE_PATH": str(ipc),
             "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "ind")}
 
 
