@@ -13,7 +13,7 @@ Usage: .venv/bin/python scripts/process_profile.py [--top K] [--log FILE] [PYTES
 It puts a `sitecustomize.py` on PYTHONPATH, so every Python process of the run records, when it
 exits normally, its pid, parent, wall and CPU seconds, command line and the test that started it
 (`PYTEST_CURRENT_TEST`, inherited). Processes that end by a signal or `os._exit` (killed ranks,
-xdist workers) write nothing; the summary compares the logged CPU with the CPU of all children
+SIGKILLed commands of the chaos tests) write nothing; the summary compares the logged CPU with the CPU of all children
 of pytest (`getrusage`), so the unlogged share shows. Prints the whole run's CPU and wall time,
 then the CPU by kind of process and by test file.
 """

@@ -32,12 +32,11 @@ if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
 import shutil  # noqa: E402
 import tempfile  # noqa: E402
 
-if "EV1_TEST_VLLM_CACHE_ROOT" not in os.environ:  # the first process: xdist's master or a plain pytest
+_OWN_VLLM_CACHE = "EV1_TEST_VLLM_CACHE_ROOT" not in os.environ  # the first process: xdist's master or a plain pytest
+if _OWN_VLLM_CACHE:
     os.environ["EV1_TEST_VLLM_CACHE_ROOT"] = tempfile.mkdtemp(prefix="ev1-vllm-cache-")
-    _OWN_VLLM_CACHE = True
-else:
-    _OWN_VLLM_CACHE = False
 os.environ["VLLM_CACHE_ROOT"] = os.environ["EV1_TEST_VLLM_CACHE_ROOT"]
+
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
