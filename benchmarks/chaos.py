@@ -95,6 +95,11 @@ def plan(points: tuple[str, ...], count: int, horizon_s: float, rng: random.Rand
     return kills
 
 
+# How the commands start: `subprocess`'s functions here; the test suite gives its fork server's
+# (tests/forkserver.py: same arguments, children that skip the imports).
+run, Popen = subprocess.run, subprocess.Popen
+
+
 def _env(hook: str = "") -> dict[str, str]:
     return {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", HOOK_ENV: hook}
 
@@ -103,7 +108,7 @@ def run_to_end(cmd: list[str], log: Path, ok_codes=(0,)) -> float:
     """Run `cmd` uninterrupted; return its wall time (raises with the log's tail on failure)."""
     start = time.monotonic()
     with open(log, "w") as f:
-        code = subprocess.run(cmd, env=_env(), stdout=f, stderr=subprocess.STDOUT, timeout=TIMEOUT_S).returncode
+        code = run(cmd, env=_env(), stdout=f, stderr=subprocess.STDOUT, timeout=TIMEOUT_S).returncode
     if code not in ok_codes:
         raise RuntimeError(f"{' '.join(cmd[:4])}... exited {code}:\n{log.read_text()[-3000:]}")
     return time.monotonic() - start
@@ -114,19 +119,39 @@ def killed_run(cmd: list[str], kill: Kill, log: Path) -> tuple[bool, float]:
     the run's wall time)."""
     start = time.monotonic()
     with open(log, "w") as f:
-        proc = subprocess.Popen(cmd, env=_env(kill.hook or ""), stdout=f, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        proc = Popen(cmd, env=_env(kill.hook or ""), stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
         try:
             code = proc.wait(timeout=kill.delay_s if kill.hook is None else TIMEOUT_S)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)  # the command and any worker it started
             proc.wait()
+            wait_until_dead(proc.pid)
             return True, time.monotonic() - start
     try:
         os.killpg(proc.pid, signal.SIGKILL)  # workers left behind by a self-kill
     except ProcessLookupError:
         pass
+    wait_until_dead(proc.pid)
     return code == -signal.SIGKILL, time.monotonic() - start
+
+
+def wait_until_dead(group: int) -> None:
+    """Until process group `group` has no live process (a zombie is dead): a worker inside a
+    system call when SIGKILL came (creating a temporary file) ends it after its parent is reaped,
+    and the next run must not start before."""
+    deadline = time.monotonic() + TIMEOUT_S
+    while time.monotonic() < deadline:
+        alive = False
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue  # gone meanwhile
+            alive |= int(fields[2]) == group and fields[0] != "Z"
+        if not alive:
+            return
+        time.sleep(0.01)
+    raise RuntimeError(f"process group {group} still alive {TIMEOUT_S} s after SIGKILL")
 
 
 def chain(result: CaseResult, cmd_for: Callable[[Path], list[str]], folders: Path, kills: list[Kill],
@@ -198,7 +223,7 @@ def cache_case(root: Path, kills: int, seed: int) -> CaseResult:
 
     def complete(out: Path) -> list[str]:
         bad = entries_whole(out)
-        verify = subprocess.run(cache_cmd(data, out, "--verify"), env=_env(), capture_output=True, text=True,
+        verify = run(cache_cmd(data, out, "--verify"), env=_env(), capture_output=True, text=True,
                                 timeout=TIMEOUT_S)
         result.runs += 1
         if verify.returncode != 0 or " 0 rebuilt" not in verify.stdout:

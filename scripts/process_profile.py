@@ -37,15 +37,15 @@ MAKE_TEST_ARGS = ["-q", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadfile
                   "--durations=20", "tests"]
 
 HOOK = '''\
-import atexit, json, os, resource, time
+import atexit, json, os, resource, sys, time
 _start = time.time()
+def _forked():  # a fork server's child (tests/forkserver.py) starts its clock at the fork
+    global _start
+    _start = time.time()
+os.register_at_fork(after_in_child=_forked)
 def _record():
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    try:
-        with open("/proc/self/cmdline", "rb") as f:
-            argv = [a.decode(errors="replace") for a in f.read().split(b"\\0") if a]
-    except OSError:
-        argv = []
+    usage = resource.getrusage(resource.RUSAGE_SELF)  # a forked child's count starts at the fork
+    argv = list(sys.orig_argv)  # the command line; a fork server's child sets the one it became
     row = {"pid": os.getpid(), "ppid": os.getppid(), "wall": round(time.time() - _start, 3),
            "cpu": round(usage.ru_utime + usage.ru_stime, 3), "argv": argv[:8],
            "test": os.environ.get("PYTEST_CURRENT_TEST", "")}

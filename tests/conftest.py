@@ -29,7 +29,9 @@ if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
     os.environ.setdefault("OMP_NUM_THREADS", str(intra_op_threads(
         usable_cores(), 0, local_ranks=int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))))
 
+import collections  # noqa: E402
 import shutil  # noqa: E402
+import sys  # noqa: E402
 import tempfile  # noqa: E402
 
 _OWN_VLLM_CACHE = "EV1_TEST_VLLM_CACHE_ROOT" not in os.environ  # the first process: xdist's master or a plain pytest
@@ -99,3 +101,40 @@ def pytest_collection_modifyitems(config, items):
         return rank.get(Path(str(item.path)).relative_to(root).as_posix(), len(rank))
 
     items.sort(key=key)
+
+
+_FORKSERVER_COUNTS = [collections.Counter(), collections.Counter(), collections.Counter()]  # preloaded, fresh, servers
+
+
+def pytest_sessionfinish(session):
+    """Stop this process's fork server (tests/forkserver.py) and keep its counts for the summary."""
+    forkserver = sys.modules.get("forkserver")
+    if forkserver is None:
+        return
+    forkserver.close_server()
+    counts = [dict(forkserver.LAUNCHED), dict(forkserver.FALLBACKS), {"servers": forkserver.SERVERS_STARTED[0],
+                                                                         **forkserver.SERVER_REASONS}]
+    if hasattr(session.config, "workeroutput"):  # an xdist worker: the master adds it up
+        session.config.workeroutput["forkserver"] = counts
+    else:
+        _add_counts(counts)
+
+
+def _add_counts(counts):
+    for total, part in zip(_FORKSERVER_COUNTS, counts):
+        total.update(part)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    _add_counts(getattr(node, "workeroutput", {}).get("forkserver", [{}, {}, {}]))
+
+
+def pytest_terminal_summary(terminalreporter):
+    preloaded, fresh, servers = _FORKSERVER_COUNTS
+    if preloaded or fresh:
+        why = ", ".join(f"{n} {reason}" for reason, n in fresh.most_common())
+        terminalreporter.write_line(f"tests/forkserver.py: {sum(preloaded.values())} test subprocesses started "
+                                    f"preloaded by {servers['servers']} servers, {sum(fresh.values())} fresh "
+                                    f"({why or 'none'}); servers beyond the first per worker for: "
+                                    f"{dict((k, n) for k, n in servers.items() if k != 'servers')}")

@@ -10,6 +10,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import chaos  # noqa: E402
+import forkserver  # noqa: E402
+
+chaos.run, chaos.Popen = forkserver.run, forkserver.Popen  # the commands start without their imports
 
 KILLS = 3
 

@@ -19,6 +19,7 @@ from easyvideor1.errors import OutOfSpace
 from easyvideor1.evaluation.results import ResultRow, ResultStore
 from easyvideor1.training import checkpoint as ckpt
 from easyvideor1.vision.encode import write_video
+import forkserver  # noqa: E402  (the subprocesses start with torch & co. imported)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "vision"))
 from test_cache_build import _cache_command, _env  # noqa: E402
@@ -65,16 +66,16 @@ def test_cache_build_on_a_full_disk(small_fs, tmp_path):
                           "--no-progress")
     out.mkdir()
     fill(leave=8 * 1024)  # less than one entry (4 frames of 56x56x3 and more)
-    proc = subprocess.run(args, env=_env(), capture_output=True, text=True, timeout=600)
+    proc = forkserver.run(args, env=_env(), capture_output=True, text=True, timeout=600)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "no space left on the device writing" in proc.stderr and str(out) in proc.stderr
     assert "Traceback" not in proc.stderr
     assert not list(out.rglob("*.tmp*")) and not (out / "manifest.jsonl").exists()
     free()
-    again = subprocess.run(args, env=_env(), capture_output=True, text=True, timeout=600)
+    again = forkserver.run(args, env=_env(), capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stdout + again.stderr
     assert "3/3 samples cached" in again.stdout
-    verify = subprocess.run([*args, "--verify"], env=_env(), capture_output=True, text=True, timeout=600)
+    verify = forkserver.run([*args, "--verify"], env=_env(), capture_output=True, text=True, timeout=600)
     assert " 0 rebuilt" in verify.stdout
 
 

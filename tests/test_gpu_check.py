@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import forkserver  # noqa: E402  (the subprocesses start with torch & co. imported)
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "gpu_check.py"
 sys.path.insert(0, str(SCRIPT.parent))
@@ -24,7 +25,7 @@ from gpucheck.shapes import TINY_SHAPES, hf_config  # noqa: E402
 def _run(args: list[str], tmp_path: Path, timeout: float = 600) -> subprocess.CompletedProcess:
     env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE", "HF_HUB_OFFLINE": "1"}
     env.pop("OUT", None)
-    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, env=env,
+    return forkserver.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, env=env,
                           timeout=timeout, cwd=tmp_path)
 
 

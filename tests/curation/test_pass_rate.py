@@ -16,6 +16,7 @@ from curationfixtures import TINY
 from easyvideor1.cli import main
 from easyvideor1.data.loading import load_samples
 from easyvideor1.rewards import score
+import forkserver  # noqa: E402  (the subprocesses start with torch & co. imported)
 
 K = 4
 TIMEOUT_S = 300
@@ -35,7 +36,7 @@ def test_sigkill_then_rerun_writes_every_sample_once(curation_inputs, fresh):
     # one sample per batch and one load ahead: the run lasts long enough to be killed in the middle
     slow = ["--load-workers", "1", "--prefetch", "1", "--max-batch", str(K)]
     argv = [sys.executable, "-m", "easyvideor1.cli", *_command(curation_inputs, fresh, *slow)]
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = forkserver.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     rates = fresh / "pass_rates.jsonl"
     deadline = time.monotonic() + TIMEOUT_S
     while time.monotonic() < deadline and proc.poll() is None:
@@ -47,7 +48,7 @@ def test_sigkill_then_rerun_writes_every_sample_once(curation_inputs, fresh):
     first = rates.read_bytes().count(b"\n")
     assert 2 <= first < len(curation_inputs["ids"]), f"killed after {first} rows: not in the middle"
 
-    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
+    proc = forkserver.run(argv, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "sample/s" in proc.stderr or "s/sample" in proc.stderr  # the progress bar shows the rate
     ids = [r["id"] for r in _rows(fresh)]

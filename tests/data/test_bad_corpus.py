@@ -21,6 +21,7 @@ import yaml
 from bad_corpus import MALFORMED, write_corpus
 
 from easyvideor1.models.tiny import build_tiny_model
+import forkserver  # noqa: E402  (the subprocesses start with torch & co. imported)
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "benchmarks"))
@@ -52,7 +53,7 @@ def _mentions(text: str, name: str) -> bool:
 
 def _run(args, cwd, ok_codes=(0,)):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
+    proc = forkserver.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
     text = proc.stdout + proc.stderr
     assert proc.returncode in ok_codes and "Traceback" not in text, f"{args[:5]} exited {proc.returncode}:\n{text[-4000:]}"
     return text

@@ -9,6 +9,7 @@ import pytest
 
 from easyvideor1.data.checks import check_file
 from easyvideor1.vision.encode import write_video
+import forkserver  # noqa: E402  (the subprocesses start with torch & co. imported)
 
 
 @pytest.fixture
@@ -54,7 +55,7 @@ def test_cli_exit_status(folder):
     good.write_text(json.dumps(dict(GOOD, problem_id="g")) + "\n")
     bad.write_text(json.dumps(dict(GOOD, problem_id="b", videos=["gone.mp4"])) + "\n")
     cmd = [sys.executable, "-m", "easyvideor1.cli", "check-data"]
-    ok = subprocess.run(cmd + [str(good)], capture_output=True, text=True, timeout=600)  # ends a hang only
+    ok = forkserver.run(cmd + [str(good)], capture_output=True, text=True, timeout=600)  # ends a hang only
     assert ok.returncode == 0 and "1 records checked: OK" in ok.stdout
-    fail = subprocess.run(cmd + [str(bad)], capture_output=True, text=True, timeout=600)
+    fail = forkserver.run(cmd + [str(bad)], capture_output=True, text=True, timeout=600)
     assert fail.returncode == 1 and "gone.mp4" in fail.stdout and "1 bad record(s)" in fail.stdout

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from easyvideor1.data.synth import write_suite
 from easyvideor1.models.tiny import build_tiny_model
+import forkserver  # noqa: E402  (the subprocesses start with torch & co. imported)
 
 TIMEOUT_S = 900  # ends a hang; each run takes seconds
 
@@ -37,7 +38,7 @@ except UserError as e:
     sys.exit(2)
 """
     env = {**os.environ, "OMP_NUM_THREADS": "1", "EASYVIDEOR1_TEST_HOOK": hook}
-    return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    return forkserver.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, env=env)
 
 

@@ -21,6 +21,7 @@ from easyvideor1.evaluation.evaluator import EvalOptions, Evaluator
 from easyvideor1.evaluation.presets import Overrides
 from easyvideor1.evaluation.settings import EvalSettings
 from easyvideor1.models.tiny import build_tiny_model
+import forkserver  # noqa: E402  (the subprocesses start with torch & co. imported)
 
 PRESET = "qwen2_5_vl_greedy"
 # small frames (2 x 2 grid cells, 4 per clip) and room for a tool turn and an answer; the same
@@ -85,7 +86,7 @@ def test_eval_with_tools_on_vllm_writes_the_hf_rows(taught_model, tmp_path, ipc_
     cmd = [sys.executable, "-m", "easyvideor1.cli", "eval", "--model", str(model), "--benchmarks", str(data),
            "--engine", "vllm", "--tools", "crop_video", "--out", str(tmp_path / "vllm"), "--cache-mode", "realtime",
            "--dtype", "float32", "--preset", PRESET, *FLAGS, "--max-model-len", "4096"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)  # ends a hang only
+    proc = forkserver.run(cmd, capture_output=True, text=True, env=env, timeout=1800)  # ends a hang only
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     _hf_evaluator(model, tmp_path / "hf").run([str(data)])
     vllm, hf = _rows(tmp_path / "vllm"), _rows(tmp_path / "hf")

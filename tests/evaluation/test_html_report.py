@@ -24,6 +24,7 @@ from easyvideor1.rollout.tools.protocol import ToolContext
 from easyvideor1.rollout.tools.registry import TOOLS, ParsedCall, run_call
 from easyvideor1.rollout.tools.video_tools import ClipSource
 from easyvideor1.vision.cache import FrameSource
+import forkserver  # noqa: E402  (the subprocesses start with torch & co. imported)
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 TIMEOUT_S = 300  # ends a hang; the page renders in about a second
@@ -36,7 +37,7 @@ def _dump_dom(page, work):
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         cmd.insert(1, "--no-sandbox")
     env = {**os.environ, "HOME": str(work), "DBUS_SESSION_BUS_ADDRESS": "disabled:"}
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S, env=env, check=False)
+    return forkserver.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S, env=env, check=False)
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="needs Chromium (apt-get install -y chromium)")

@@ -14,6 +14,7 @@ import pytest
 
 from easyvideor1.data.synth import write_suite
 from easyvideor1.models.tiny import build_tiny_model
+import forkserver  # noqa: E402  (the subprocesses start with torch & co. imported)
 
 VISION = ["--cache-mode", "realtime"]
 TIMEOUT_S = 1800  # ends a hang; a run takes well under a minute here, a few on 2 busy cores
@@ -44,7 +45,7 @@ ev = Evaluator({str(model)!r}, engine="hf", preset="qwen2_5_vl_greedy",
                sampling=DecodingSettings(temperature=0, max_new_tokens=16), vision=vision)
 ev.run([{str(data)!r}])
 """
-    return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    return forkserver.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env={**os.environ, "OMP_NUM_THREADS": "1"})
 
 

@@ -10,6 +10,7 @@ import pytest
 
 from easyvideor1.data.synth import write_suite
 from easyvideor1.models.tiny import build_tiny_model
+import forkserver  # noqa: E402  (the subprocesses start with torch & co. imported)
 
 pytestmark = pytest.mark.vllm
 
@@ -22,7 +23,7 @@ def _eval(model, data, out, engine, tmp, ipc):
            "--preset", "qwen2_5_vl_greedy", "--max-samples", "12", "--max-new-tokens", "32"]
     if engine == "vllm":  # the engine options reach vLLM (which refuses arguments it does not know)
         cmd += ["--max-model-len", "4096", "--chunked-prefill", "--enforce-eager", "--gpu-memory-utilization", "0.5"]
-    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)  # ends a hang only
+    return forkserver.run(cmd, capture_output=True, text=True, env=env, timeout=1800)  # ends a hang only
 
 
 def test_vllm_async_pipeline_matches_hf(tmp_path, ipc_dir):

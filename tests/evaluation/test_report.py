@@ -18,6 +18,7 @@ from easyvideor1.cli import main
 from easyvideor1.evaluation import commands, presets
 from easyvideor1.evaluation.adapters import BENCHMARKS
 from easyvideor1.evaluation.results import ResultStore
+import forkserver  # noqa: E402  (the subprocesses start with torch & co. imported)
 
 OPTS = ["A. cat", "B. dog"]
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -125,7 +126,7 @@ def test_intervals_and_paired_verdicts_through_the_cli(tmp_path, video_root, cap
     capsys.readouterr()
 
     # the real command line, in a process of its own
-    proc = subprocess.run([sys.executable, "-c", "import sys; from easyvideor1.cli import main; sys.exit(main())",
+    proc = forkserver.run([sys.executable, "-c", "import sys; from easyvideor1.cli import main; sys.exit(main())",
                            "report", str(rl), "--compare", str(base)], capture_output=True, text=True, timeout=600,
                           env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -22,6 +22,7 @@ from easyvideor1.evaluation.results import (
     read_results,
 )
 from easyvideor1.records import Sample
+import forkserver  # noqa: E402  (the subprocesses start with torch & co. imported)
 
 
 def sample(i: int) -> Sample:
@@ -103,14 +104,14 @@ def test_sigkill_mid_run_then_resume_writes_each_sample_exactly_once(tmp_path):
     script.write_text(WRITER)
     # 0.1 s per row: the whole run would take 30 s, so the kill lands mid-run unless this process
     # stalls for that long after the 20th row.
-    proc = subprocess.Popen([sys.executable, str(script), str(tmp_path), "0.1"], stdout=subprocess.PIPE, text=True)
+    proc = forkserver.Popen([sys.executable, str(script), str(tmp_path), "0.1"], stdout=subprocess.PIPE, text=True)
     for _ in range(20):  # let it write some rows
         proc.stdout.readline()
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     written = len(ResultStore(tmp_path / "holmes.jsonl").done_ids())
     assert 20 <= written < 300
-    rerun = subprocess.run([sys.executable, str(script), str(tmp_path), "0"], check=False, capture_output=True,
+    rerun = forkserver.run([sys.executable, str(script), str(tmp_path), "0"], check=False, capture_output=True,
                            text=True, timeout=600)  # ends a hang only
     assert rerun.returncode == 0, rerun.stderr
     ids = [json.loads(line)["id"] for line in (tmp_path / "holmes.jsonl").read_text().splitlines()]

@@ -19,6 +19,7 @@ from easyvideor1.models.loading import load_policy, load_reference
 from easyvideor1.models.lora import apply_lora
 from easyvideor1.models.meta_init import WeightSource, fill_weights
 from easyvideor1.models.tiny import build_tiny_model
+import forkserver  # noqa: E402  (the subprocesses start with torch & co. imported)
 
 WORKER = Path(__file__).with_name("meta_init_worker.py")
 
@@ -94,7 +95,7 @@ def test_two_processes_each_rank_shard_equal(tmp_path):
     path = build_tiny_model("qwen2_5_vl", tmp_path / "tied", tie_embeddings=True)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     out = tmp_path / "result"
-    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+    p = forkserver.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
                         str(WORKER), str(path), str(out), "policy,lora,reference"],
                        capture_output=True, text=True, env=env, timeout=900)
     assert p.returncode == 0, p.stderr[-3000:]

@@ -22,6 +22,7 @@ from easyvideor1.models.mrope import mrope_spec
 from easyvideor1.models.packing import Packing
 from easyvideor1.models.ulysses import (SequenceParallel, kv_repeats, local_span, pad_packing, padded_length,
                                         vision_shares)
+import forkserver  # noqa: E402  (the subprocesses start with torch & co. imported)
 
 HERE = Path(__file__).parent
 TIMEOUT_S = 1800  # ends a hang; these runs take seconds to a minute on 2 busy cores
@@ -36,7 +37,7 @@ def _env():
 def _run(args, procs: int = 1):
     launcher = [sys.executable] if procs == 1 else [sys.executable, "-m", "torch.distributed.run", "--standalone",
                                                     "--nproc-per-node", str(procs)]
-    p = subprocess.run(launcher + [str(a) for a in args], capture_output=True, text=True, env=_env(),
+    p = forkserver.run(launcher + [str(a) for a in args], capture_output=True, text=True, env=_env(),
                        timeout=TIMEOUT_S)
     assert p.returncode == 0, p.stderr[-6000:]
     return p

@@ -6,6 +6,7 @@ import json
 import pytest
 
 from easyvideor1.rewards import commands
+import forkserver  # noqa: E402  (the subprocesses start with torch & co. imported)
 
 
 def run_cli(argv):
@@ -114,7 +115,7 @@ def test_real_entry_point_in_a_subprocess(tmp_path):
     data = write_jsonl(tmp_path / "samples.jsonl", SAMPLES)
     responses = write_jsonl(tmp_path / "r.jsonl", [{"response": "<think>.</think><answer>B</answer>"},
                                                    {"response": "3"}, {"response": "[0, 10]"}])  # fmt: skip
-    done = subprocess.run(
+    done = forkserver.run(
         [sys.executable, "-m", "easyvideor1.cli", "score", "--data", str(data), "--responses", str(responses),
          "--workers", "1", "--timeout", "30"],
         capture_output=True, text=True, timeout=600,  # ends a hang only

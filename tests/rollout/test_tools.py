@@ -28,6 +28,7 @@ from easyvideor1.rollout.tools.video_tools import ClipSource
 from easyvideor1.training.sequences import ForwardContext, all_logprobs, collate_responses, make_batch
 from easyvideor1.training.update import policy_update
 from easyvideor1.vision.cache import FrameSource
+import forkserver  # noqa: E402  (the subprocesses start with torch & co. imported)
 
 
 @pytest.fixture(scope="module")
@@ -259,7 +260,7 @@ def test_fsdp_ranks_with_unequal_tool_use(callers, clip, tmp_path):
     here = Path(__file__).parent
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
            "PYTHONPATH": os.pathsep.join([str(here.parent), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+    proc = forkserver.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
                            str(here / "tools_worker.py"), str(tmp_path / "model"), str(clip), str(tmp_path / "out")],
                           capture_output=True, text=True, env=env, timeout=1800)
     assert proc.returncode == 0, proc.stderr[-6000:]

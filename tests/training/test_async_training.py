@@ -26,12 +26,13 @@ from easyvideor1.training.groups import ScoredGroups
 from easyvideor1.training.hybrid import HybridCounters
 from easyvideor1.training.metrics import read_metrics
 from test_distributed import write_config
+import forkserver  # noqa: E402  (the subprocesses start with torch & co. imported)
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
 
 
 def _train(cfg, *extra, env=ENV):
-    return subprocess.Popen([sys.executable, "-m", "easyvideor1.cli", "train", str(cfg), *extra], env=env,
+    return forkserver.Popen([sys.executable, "-m", "easyvideor1.cli", "train", str(cfg), *extra], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
@@ -186,7 +187,7 @@ def test_torchrun_rollout_rank_equals_colocated(setup, colocated):
     root, model, data = setup
     cfg = _on_policy_config(root, model, data, "torchrun", "separate")
     # --standalone: the rendezvous takes a free port
-    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "3",
+    p = forkserver.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "3",
                         "-m", "easyvideor1.cli", "train", str(cfg)], capture_output=True, text=True, env=ENV,
                        timeout=1800)
     assert p.returncode == 0, (p.stdout + p.stderr)[-6000:]
@@ -201,7 +202,7 @@ def test_torchrun_two_rollout_ranks_equal_colocated(setup, colocated):
     colocated run's parameters, and every rank exits 0."""
     root, model, data = setup
     cfg = _on_policy_config(root, model, data, "torchrun2", "separate", processes=2)
-    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "3",
+    p = forkserver.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "3",
                         "-m", "easyvideor1.cli", "train", str(cfg)], capture_output=True, text=True, env=ENV,
                        timeout=1800)
     assert p.returncode == 0, (p.stdout + p.stderr)[-6000:]
@@ -385,7 +386,7 @@ def test_torchrun_two_vllm_rollout_ranks_one_tensor_parallel_engine(setup, vllm_
     apart), and every rank exits 0."""
     root, model, data = setup
     cfg = _vllm_config(root, model, data, "vllm_torchrun2", processes=2, tensor_parallel_size=2)
-    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "3",
+    p = forkserver.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "3",
                         "-m", "easyvideor1.cli", "train", str(cfg)], capture_output=True, text=True,
                        env=vllm_env | {"OMP_NUM_THREADS": "1"}, timeout=900)
     assert p.returncode == 0, (p.stdout + p.stderr)[-6000:]

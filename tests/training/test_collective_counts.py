@@ -23,6 +23,7 @@ import pytest
 from test_distributed import TIMEOUT_S, synth_rows
 
 from easyvideor1.models.tiny import build_tiny_model
+import forkserver  # noqa: E402  (the subprocesses start with torch & co. imported)
 
 HERE = Path(__file__).parent
 
@@ -32,7 +33,7 @@ def _env():
 
 
 def _torchrun(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+    return forkserver.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
                            *map(str, args)], capture_output=True, text=True, env=_env(), timeout=TIMEOUT_S)
 
 

@@ -6,13 +6,14 @@ import os
 import subprocess
 import sys
 import time
+import forkserver  # noqa: E402  (the subprocesses start with torch & co. imported)
 
 
 def test_demo_runs_end_to_end(tmp_path):
     out = tmp_path / "demo"
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     # A fixed step count, whatever the machine's speed. The timeout only ends a hang.
-    proc = subprocess.run([sys.executable, "-m", "easyvideor1.cli", "demo", "--out", str(out), "--steps", "3",
+    proc = forkserver.run([sys.executable, "-m", "easyvideor1.cli", "demo", "--out", str(out), "--steps", "3",
                            "--train-samples", "32", "--val-samples", "16"],
                           capture_output=True, text=True, env=env, timeout=1800)
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -49,7 +50,7 @@ def test_demo_with_tools_reports_the_flash_task(tmp_path):
     demo_results.json reports flash's accuracy and tool-call rate (a tiny budget: the wiring)."""
     out = tmp_path / "demo"
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.run([sys.executable, "-m", "easyvideor1.cli", "demo", "--tools", "--out", str(out), "--steps",
+    proc = forkserver.run([sys.executable, "-m", "easyvideor1.cli", "demo", "--tools", "--out", str(out), "--steps",
                            "2", "--train-samples", "22", "--val-samples", "9"],
                           capture_output=True, text=True, env=env, timeout=1800)
     assert proc.returncode == 0, proc.stderr[-4000:]

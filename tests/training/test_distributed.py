@@ -17,6 +17,7 @@ from safetensors.torch import load_file
 
 from easyvideor1.data.synth import write_suite
 from easyvideor1.models.tiny import build_tiny_model
+import forkserver  # noqa: E402  (the subprocesses start with torch & co. imported)
 
 TEXT = [{"problem_id": f"text-{i}", "problem": f"What is {i} plus {i + 1}?", "answer": str(2 * i + 1),
          "problem_type": "numerical", "data_type": "text",
@@ -118,11 +119,11 @@ def test_fsdp_two_processes_equal_one_process(setup):
         shutil.rmtree(out, ignore_errors=True)
     cfg1 = write_config(root, model, data, one, rollout__parity_check_every=1)
     cfg2 = write_config(root, model, data, two, rollout__parity_check_every=1)
-    p1 = subprocess.run([sys.executable, "-m", "easyvideor1.cli", "train", str(cfg1)], capture_output=True,
+    p1 = forkserver.run([sys.executable, "-m", "easyvideor1.cli", "train", str(cfg1)], capture_output=True,
                         text=True, env=_env(), timeout=TIMEOUT_S)
     assert p1.returncode == 0, p1.stderr[-4000:]
     # --standalone: the rendezvous takes a free port (a fixed one may be held by another run here)
-    p2 = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+    p2 = forkserver.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
                          "-m", "easyvideor1.cli", "train", str(cfg2)], capture_output=True, text=True,
                         env=_env(), timeout=TIMEOUT_S)
     assert p2.returncode == 0, p2.stderr[-6000:]
@@ -151,10 +152,10 @@ def test_reinforce_plus_plus_two_processes_equal_one_process(setup):
     outs = {k: root / f"rpp_{k}" for k in ("one", "two")}
     cfgs = {k: write_config(root, model, data, out, algorithm={"preset": "reinforce_plus_plus"})
             for k, out in outs.items()}
-    p1 = subprocess.run([sys.executable, "-m", "easyvideor1.cli", "train", str(cfgs["one"])], capture_output=True,
+    p1 = forkserver.run([sys.executable, "-m", "easyvideor1.cli", "train", str(cfgs["one"])], capture_output=True,
                         text=True, env=_env(), timeout=TIMEOUT_S)
     assert p1.returncode == 0, p1.stderr[-4000:]
-    p2 = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
+    p2 = forkserver.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
                          "-m", "easyvideor1.cli", "train", str(cfgs["two"])], capture_output=True, text=True,
                         env=_env(), timeout=TIMEOUT_S)
     assert p2.returncode == 0, p2.stderr[-6000:]

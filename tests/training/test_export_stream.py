@@ -15,6 +15,7 @@ import torch
 
 from easyvideor1.models.lora import merged_state_items
 from easyvideor1.models.tiny import build_tiny_model
+import forkserver  # noqa: E402  (the subprocesses start with torch & co. imported)
 
 sys.path.insert(0, str(Path(__file__).parent))
 from export_worker import policy  # noqa: E402
@@ -40,7 +41,7 @@ def streamed(tmp_path_factory):
     root = tmp_path_factory.mktemp("stream")
     path = build_tiny_model("qwen2_5_vl", root / "model", tie_embeddings=True)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+    p = forkserver.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
                         str(WORKER), str(path), str(root / "streamed"), "lora,full", str(40_000)],
                        capture_output=True, text=True, env=env, timeout=900)
     assert p.returncode == 0, p.stderr[-3000:]

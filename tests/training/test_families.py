@@ -21,6 +21,7 @@ from easyvideor1.models.tiny import build_tiny_model
 from easyvideor1.training.setup import build_run
 from easyvideor1.training.trainer import train
 from test_distributed import TEXT, synth_rows, write_config
+import forkserver  # noqa: E402  (the subprocesses start with torch & co. imported)
 
 FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_5")
 MODALITIES = {"video", "image", "text"}
@@ -92,7 +93,7 @@ def test_trainer_vllm_engine(family, mixed, tmp_path, ipc_dir):
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "TORCH_COMPILE_DISABLE": "1", "HF_HUB_OFFLINE": "1",
            "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_NUM_THREADS": "2", "VLLM_RPC_BASE_PATH": str(ipc_dir),
            "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "ind")}
-    proc = subprocess.run([sys.executable, "-m", "easyvideor1.cli", "train", str(cfg)], capture_output=True,
+    proc = forkserver.run([sys.executable, "-m", "easyvideor1.cli", "train", str(cfg)], capture_output=True,
                           text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     _check_rows(_rows(out))

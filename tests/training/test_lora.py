@@ -30,6 +30,7 @@ from easyvideor1.training.export import export_checkpoint
 from easyvideor1.training.setup import build_run, load_split
 from easyvideor1.training.sequences import all_logprobs, make_batch
 from easyvideor1.training.trainer import maybe_resume
+import forkserver  # noqa: E402  (the subprocesses start with torch & co. imported)
 
 LORA = {"rank": 8, "alpha": 16.0}
 KL_LOSS = {"adv_estimator": "grpo", "policy_loss": "ppo_clip", "loss_agg_mode": "token_mean", "use_kl_loss": True,
@@ -37,7 +38,7 @@ KL_LOSS = {"adv_estimator": "grpo", "policy_loss": "ppo_clip", "loss_agg_mode": 
 
 
 def _cli(args, env=None):
-    return subprocess.run([sys.executable, "-m", "easyvideor1.cli", *map(str, args)], capture_output=True, text=True,
+    return forkserver.run([sys.executable, "-m", "easyvideor1.cli", *map(str, args)], capture_output=True, text=True,
                           env=env or _env(), timeout=TIMEOUT_S)
 
 
@@ -112,7 +113,7 @@ def test_two_processes_equal_one_process(setup, one_process):  # noqa: F811
     two = root / "lora_two"
     shutil.rmtree(two, ignore_errors=True)
     cfg = _lora_config(root, model, data, two, rollout__parity_check_every=1, model__lora=SAVE_HEAD)
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+    proc = forkserver.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
                            "-m", "easyvideor1.cli", "train", str(cfg)], capture_output=True, text=True,
                           env=_env(), timeout=TIMEOUT_S)
     assert proc.returncode == 0, proc.stderr[-6000:]
@@ -151,7 +152,7 @@ def test_sigkill_and_resume_equals_uninterrupted(tmp_path):
                             checkpoint__every=1, checkpoint__resume="auto") for k in ("straight", "killed")}
     assert _cli(["train", cfgs["straight"]]).returncode == 0
     env = _env()
-    proc = subprocess.Popen([sys.executable, "-m", "easyvideor1.cli", "train", str(cfgs["killed"])], env=env,
+    proc = forkserver.Popen([sys.executable, "-m", "easyvideor1.cli", "train", str(cfgs["killed"])], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     ckpts = tmp_path / "killed" / "checkpoints"
     deadline = time.monotonic() + TIMEOUT_S

@@ -24,6 +24,7 @@ from test_distributed import TIMEOUT_S, write_config
 
 from easyvideor1.data.synth import write_suite
 from easyvideor1.models.tiny import build_tiny_model
+import forkserver  # noqa: E402  (the subprocesses start with torch & co. imported)
 
 HERE = Path(__file__).parent
 PACKAGE = Path(__file__).resolve().parents[2] / "easyvideor1"
@@ -74,10 +75,10 @@ def test_failed_samples_on_one_rank_keep_ranks_in_step(setup, filtering):
     root, model, data = setup
     one, cfg1 = _config(root, model, data, f"one-{filtering}", filtering)
     two, cfg2 = _config(root, model, data, f"two-{filtering}", filtering)
-    p1 = subprocess.run([sys.executable, "-m", "easyvideor1.cli", "train", str(cfg1)], capture_output=True,
+    p1 = forkserver.run([sys.executable, "-m", "easyvideor1.cli", "train", str(cfg1)], capture_output=True,
                         text=True, env=_env(), timeout=TIMEOUT_S)
     assert p1.returncode == 0, p1.stderr[-4000:]
-    p2 = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
+    p2 = forkserver.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
                          str(HERE / "record_collectives.py"), str(cfg2)],
                         capture_output=True, text=True, env=_env(), timeout=TIMEOUT_S)  # a hang ends here
     assert p2.returncode == 0, p2.stderr[-6000:]

@@ -15,11 +15,12 @@ from easyvideor1.data.synth import write_suite
 from easyvideor1.models.tiny import build_tiny_model
 from easyvideor1.training.metrics import read_metrics
 from test_distributed import TIMEOUT_S, write_config
+import forkserver  # noqa: E402  (the subprocesses start with torch & co. imported)
 
 
 def _train(cfg):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    return subprocess.Popen([sys.executable, "-m", "easyvideor1.cli", "train", str(cfg)], env=env,
+    return forkserver.Popen([sys.executable, "-m", "easyvideor1.cli", "train", str(cfg)], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
@@ -70,7 +71,7 @@ def test_resume_keeps_the_adaptive_kl_coefficient(tmp_path):
                             checkpoint__resume="auto") for k in ("straight", "resumed")}
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     for cfg, extra in ((cfgs["straight"], []), (cfgs["resumed"], ["training.steps=2"]), (cfgs["resumed"], [])):
-        proc = subprocess.run([sys.executable, "-m", "easyvideor1.cli", "train", str(cfg), *extra], env=env,
+        proc = forkserver.run([sys.executable, "-m", "easyvideor1.cli", "train", str(cfg), *extra], env=env,
                               capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, proc.stderr[-4000:]
     assert "resumed from" in proc.stderr and "step-000002" in proc.stderr

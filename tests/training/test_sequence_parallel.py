@@ -13,12 +13,13 @@ import torch
 from test_distributed import TIMEOUT_S, _env, _weights, same_steps, setup, write_config  # noqa: F401 (setup: fixture)
 
 from easyvideor1.training.sequence_parallel import rollout_share
+import forkserver  # noqa: E402  (the subprocesses start with torch & co. imported)
 
 
 def _train(cfg, procs: int):
     launcher = [sys.executable] if procs == 1 else [sys.executable, "-m", "torch.distributed.run", "--standalone",
                                                     "--nproc-per-node", str(procs)]
-    return subprocess.run(launcher + ["-m", "easyvideor1.cli", "train", str(cfg)], capture_output=True, text=True,
+    return forkserver.run(launcher + ["-m", "easyvideor1.cli", "train", str(cfg)], capture_output=True, text=True,
                           env=_env(), timeout=TIMEOUT_S)
 
 
@@ -118,7 +119,7 @@ def test_sp2_ranks_split_the_rollout(setup, tmp_path):
     over every prompt (the same seeds per response, so the same tokens)."""
     _, model, _ = setup
     worker = str(Path(__file__).parent / "split_rollout_worker.py")
-    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+    p = forkserver.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
                         worker, str(model), str(tmp_path)], capture_output=True, text=True, env=_env(),
                        timeout=TIMEOUT_S)
     assert p.returncode == 0, p.stderr[-6000:]

@@ -19,6 +19,7 @@ from easyvideor1.models.tiny import build_tiny_model
 from easyvideor1.training import checkpoint as ckpt
 from easyvideor1.training.state_files import StateFileError, write_state
 from test_distributed import TIMEOUT_S, write_config
+import forkserver  # noqa: E402  (the subprocesses start with torch & co. imported)
 
 WORKER = str(Path(__file__).resolve().parent / "shard_worker.py")
 
@@ -27,10 +28,10 @@ def _env():
     return {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
 
 
-def _launch(procs: int, *args) -> None:
+def _launch(procs: int, *args, fresh_ranks: bool = False) -> None:
     launcher = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(procs)] if procs > 1 else []
-    proc = subprocess.run([sys.executable, *launcher, *args], capture_output=True, text=True, env=_env(),
-                          timeout=TIMEOUT_S)
+    proc = forkserver.run([sys.executable, *launcher, *args], capture_output=True, text=True, env=_env(),
+                          timeout=TIMEOUT_S, fresh_ranks=fresh_ranks)
     assert proc.returncode == 0, proc.stderr[-6000:]
 
 
@@ -72,7 +73,8 @@ def test_each_rank_writes_and_reads_only_its_own_shard(saved, tmp_path):
         mine = tmp_path / f"for-rank{rank}"
         shutil.copytree(folder, mine)
         (mine / f"model.rank{1 - rank:05d}.safetensors").unlink()
-    _launch(2, WORKER, "load", str(tmp_path / "for-rank{rank}"), str(tmp_path / "loaded"))
+    # fresh ranks: a rank forked from tests/forkserver.py's server starts with its pages resident
+    _launch(2, WORKER, "load", str(tmp_path / "for-rank{rank}"), str(tmp_path / "loaded"), fresh_ranks=True)
     _same(saved / "saved2" / "expected.safetensors", tmp_path / "loaded" / "loaded.safetensors")
     full = sum(v.numel() * v.element_size() for v in expected.values())  # weights + AdamW states, whole
     for rank in (0, 1):
@@ -105,7 +107,7 @@ def test_a_single_file_checkpoint_of_an_older_version_is_refused_in_one_line(tmp
 
 def _train(cfg, procs: int, *overrides: str) -> str:
     launcher = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(procs)] if procs > 1 else []
-    proc = subprocess.run([sys.executable, *launcher, "-m", "easyvideor1.cli", "train", str(cfg), *overrides],
+    proc = forkserver.run([sys.executable, *launcher, "-m", "easyvideor1.cli", "train", str(cfg), *overrides],
                           capture_output=True, text=True, env=_env(), timeout=TIMEOUT_S)
     assert proc.returncode == 0, proc.stderr[-6000:]
     return proc.stderr

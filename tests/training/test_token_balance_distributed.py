@@ -30,6 +30,7 @@ from safetensors.torch import load_file
 from test_distributed import TEXT, synth_rows, write_config
 
 from easyvideor1.models.tiny import build_tiny_model
+import forkserver  # noqa: E402  (the subprocesses start with torch & co. imported)
 
 HERE = Path(__file__).parent
 TIMEOUT_S = 900  # ends a hang (a count mismatch); these runs take about a minute here
@@ -68,10 +69,10 @@ def test_unequal_ranks_make_equal_micro_batch_counts(setup):
     cfg1 = write_config(root, model, data, one, **common)
     cfg2 = write_config(root, model, data, two, training__micro_batch_tokens=BUDGET, training__balance_ranks=False,
                         **common)
-    p1 = subprocess.run([sys.executable, "-m", "easyvideor1.cli", "train", str(cfg1)], capture_output=True,
+    p1 = forkserver.run([sys.executable, "-m", "easyvideor1.cli", "train", str(cfg1)], capture_output=True,
                         text=True, env=_env(), timeout=TIMEOUT_S)
     assert p1.returncode == 0, p1.stderr[-4000:]
-    p2 = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+    p2 = forkserver.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
                          str(HERE / "record_collectives.py"), str(cfg2)], capture_output=True, text=True,
                         env=_env(), timeout=TIMEOUT_S)
     assert p2.returncode == 0, p2.stderr[-6000:]
@@ -99,7 +100,7 @@ def test_unequal_ranks_make_equal_micro_batch_counts(setup):
     assert sum(not torch.equal(w0[n], w2[n]) for n in w2 if n in w0) > len(w2) // 2
 
     cfg3 = write_config(root, model, data, balanced, training__micro_batch_tokens=BUDGET, **common)
-    p3 = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+    p3 = forkserver.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
                          "-m", "easyvideor1.cli", "train", str(cfg3)], capture_output=True, text=True, env=_env(),
                         timeout=TIMEOUT_S)
     assert p3.returncode == 0, p3.stderr[-6000:]
@@ -118,10 +119,10 @@ def test_rank_with_fewer_responses_runs_zero_loss_fillers(setup, tmp_path):
     update ends where one process with all 4 responses in one micro-batch does."""
     _, model, _ = setup
     worker = str(HERE / "filler_worker.py")
-    p1 = subprocess.run([sys.executable, worker, str(model), str(tmp_path / "one"), "0"], capture_output=True,
+    p1 = forkserver.run([sys.executable, worker, str(model), str(tmp_path / "one"), "0"], capture_output=True,
                         text=True, env=_env(), timeout=TIMEOUT_S)
     assert p1.returncode == 0, p1.stderr[-4000:]
-    p2 = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+    p2 = forkserver.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
                          worker, str(model), str(tmp_path / "two"), "1"], capture_output=True, text=True,
                         env=_env(), timeout=TIMEOUT_S)
     assert p2.returncode == 0, p2.stderr[-6000:]

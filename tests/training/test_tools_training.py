@@ -18,6 +18,7 @@ from easyvideor1.data.synth import write_suite
 from easyvideor1.models.tiny import build_tiny_model
 from easyvideor1.training.setup import build_run
 from easyvideor1.training.trainer import train
+import forkserver  # noqa: E402  (the subprocesses start with torch & co. imported)
 
 
 def test_train_with_tools_replays_the_offline_call(tmp_path):
@@ -32,7 +33,7 @@ def test_train_with_tools_replays_the_offline_call(tmp_path):
                  "training.micro_batch_size=2", "training.lr=1e-3", "hybrid.enable=true", "logging.progress=false",
                  "checkpoint.every=0", "checkpoint.export_hf=false", "algorithm.disable_kl=true"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.run([sys.executable, "-m", "easyvideor1.cli", "train", *overrides], capture_output=True,
+    proc = forkserver.run([sys.executable, "-m", "easyvideor1.cli", "train", *overrides], capture_output=True,
                           text=True, env=env, timeout=900)
     assert proc.returncode == 0, proc.stderr[-4000:]
     (row,) = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]

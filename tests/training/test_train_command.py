@@ -14,6 +14,7 @@ from safetensors.torch import load_file
 from easyvideor1.cli import main
 from easyvideor1.data.synth import write_suite
 from easyvideor1.models.tiny import build_tiny_model
+import forkserver  # noqa: E402  (the subprocesses start with torch & co. imported)
 
 
 def test_train_from_overrides_alone(tmp_path):
@@ -29,7 +30,7 @@ def test_train_from_overrides_alone(tmp_path):
                  "algorithm.preset=gspo", "algorithm.policy_loss=ppo_clip"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     began = time.time()
-    proc = subprocess.run([sys.executable, "-m", "easyvideor1.cli", "train", *overrides], capture_output=True,
+    proc = forkserver.run([sys.executable, "-m", "easyvideor1.cli", "train", *overrides], capture_output=True,
                           text=True, env=env, timeout=600)
     ended = time.time()
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -63,7 +64,7 @@ def test_settings_error_is_one_message_without_traceback(tmp_path):
     model = build_tiny_model("qwen2_5_vl", tmp_path / "model", seed=0)
     data = write_suite(tmp_path / "synth", num_train=2, num_val=0, seed=0)["train"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.run([sys.executable, "-m", "easyvideor1.cli", "train", f"model.path={model}",
+    proc = forkserver.run([sys.executable, "-m", "easyvideor1.cli", "train", f"model.path={model}",
                            f"data.train_files={data}", f"logging.out_dir={tmp_path / 'out'}", "model.dtype=float32",
                            "vision.family=qwen3_vl"], capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 2, proc.stderr[-4000:]

@@ -17,6 +17,7 @@ from test_distributed import TIMEOUT_S, write_config
 
 from easyvideor1.data.synth import write_suite
 from easyvideor1.models.tiny import build_tiny_model
+import forkserver  # noqa: E402  (the subprocesses start with torch & co. imported)
 
 pytestmark = pytest.mark.vllm
 
@@ -42,7 +43,7 @@ def test_train_with_vllm_engine(tmp_path, ipc_dir):
     data = write_suite(tmp_path / "synth", num_train=8, num_val=0, seed=0)["train"]
     cfg = write_config(tmp_path, model, data, tmp_path / "out", **VLLM)
     env = _env(tmp_path, ipc_dir) | {"VLLM_ENABLE_V1_MULTIPROCESSING": "1"}  # vLLM's default: a separate engine
-    proc = subprocess.run([sys.executable, str(Path(__file__).parent / "record_temp_dirs.py"), str(cfg)],
+    proc = forkserver.run([sys.executable, str(Path(__file__).parent / "record_temp_dirs.py"), str(cfg)],
                           capture_output=True, text=True, env=env, timeout=TIMEOUT_S)
     assert proc.returncode == 0, proc.stderr[-4000:]
     made = json.loads((tmp_path / "out" / "temp-dirs.json").read_text())
@@ -94,7 +95,7 @@ def test_torchrun_engine_per_rank_tensor_parallel_tied_parity(tmp_path, ipc_dir)
     cfg = write_config(tmp_path, model, data, tmp_path / "out", steps=3, rollout__tensor_parallel_size=2, **VLLM)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "4", "--standalone",
            "-m", "easyvideor1.cli", "train", str(cfg)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=_env(tmp_path, ipc_dir, threads=1), timeout=TIMEOUT_S)
+    proc = forkserver.run(cmd, capture_output=True, text=True, env=_env(tmp_path, ipc_dir, threads=1), timeout=TIMEOUT_S)
     assert proc.returncode == 0, proc.stderr[-6000:]
     rows = _metrics(tmp_path / "out")
     assert [r["step"] for r in rows] == [1, 2, 3]

@@ -18,6 +18,10 @@ from easyvideor1.vision.cache import FrameSource, read_entry
 from easyvideor1.vision.cache_build import build_cache
 from easyvideor1.vision.config import VisionConfig
 from easyvideor1.vision.encode import write_video
+import forkserver  # noqa: E402  (the subprocesses start with torch & co. imported)
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+from chaos import wait_until_dead  # noqa: E402
 
 CFG = VisionConfig(min_frames=4, max_frames=8, fps=3.0, video_max_pixels=56 * 56 * 4, video_min_pixels=56 * 56,
                    image_max_pixels=28 * 28 * 16)
@@ -83,7 +87,7 @@ def test_cache_command_reports_bad_records_and_files(media_dir, tmp_path):
     data = tmp_path / "data.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = tmp_path / "cache"
-    proc = subprocess.run(_cache_command("--data", str(data), "--out", str(out), "--data-root", str(media_dir),
+    proc = forkserver.run(_cache_command("--data", str(data), "--out", str(out), "--data-root", str(media_dir),
                                          "--workers", "1", "--fps", "3", "--video-max-frames", "8",
                                          "--video-max-pixels", str(56 * 56 * 4), "--video-min-pixels", str(56 * 56),
                                          "--no-progress"),
@@ -112,13 +116,14 @@ def test_sigkill_mid_build_leaves_only_valid_entries(tmp_path):
     out = tmp_path / "cache"
     args = _cache_command("--data", str(data), "--out", str(out), "--workers", "2", "--fps", "4",
                           "--video-max-frames", "8", "--no-progress")
-    proc = subprocess.Popen(args, env=_env(), start_new_session=True, stdout=subprocess.DEVNULL,
+    proc = forkserver.Popen(args, env=_env(), start_new_session=True, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + TIMEOUT_S
     while not _entries(out) and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.005)
     os.killpg(proc.pid, signal.SIGKILL)  # the command and its workers, wherever they are
     proc.wait()
+    wait_until_dead(proc.pid)  # a worker inside a system call when the signal came ends after its parent
     survivors = _entries(out)
     assert 1 <= len(survivors) < 24, "the kill should land mid-run"
     assert not (out / "manifest.jsonl").exists()
@@ -128,7 +133,7 @@ def test_sigkill_mid_build_leaves_only_valid_entries(tmp_path):
         frames, header = read_entry(entry, cfg.key_params())
         want = realtime.video(header["source"]["path"], header["start"], header["end"])
         assert torch.equal(frames.pixels, want.pixels) and frames.metadata == want.metadata
-    rerun = subprocess.run(args, env=_env(), capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
+    rerun = forkserver.run(args, env=_env(), capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
     assert rerun.returncode == 0, rerun.stderr
     assert len(_entries(out)) == 24 and not list((out / "entries").glob("*/*.tmp*"))
     assert f"{len(survivors)} already cached" in rerun.stdout

@@ -13,6 +13,7 @@ from test_cache_build import TIMEOUT_S, _cache_command, _entries, _env, _read_js
 from vision_media import moving_bar
 
 from easyvideor1.vision.encode import write_video
+import forkserver  # noqa: E402  (the subprocesses start with torch & co. imported)
 
 ARGS = ("--workers", "0", "--fps", "2", "--video-max-frames", "4", "--video-max-pixels", str(56 * 56),
         "--video-min-pixels", str(28 * 28), "--no-progress")
@@ -36,7 +37,7 @@ def test_two_builders_into_one_folder(tmp_path):
     b = _data(tmp_path / "b.jsonl", [row(1), row(2), row(3)])  # overlaps a: s1, s2
     out = tmp_path / "cache"
     env = {**_env(), "EASYVIDEOR1_TEST_HOOK": "cache.merge:1:sleep=3"}
-    procs = [subprocess.Popen(_cache_command("--data", str(d), "--out", str(out), *ARGS), env=env,
+    procs = [forkserver.Popen(_cache_command("--data", str(d), "--out", str(out), *ARGS), env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for d in (a, b)]
     results = [p.communicate(timeout=TIMEOUT_S) for p in procs]
     codes = [p.returncode for p in procs]
@@ -51,6 +52,6 @@ def test_two_builders_into_one_folder(tmp_path):
     assert len(index) == 4 and len(_entries(out)) == 4
     assert {p.name for p in _entries(out)} == {f"{k}.safetensors" for k in index.values()}
     assert not list((out / "entries").glob("*/*.tmp*"))
-    verify = subprocess.run(_cache_command("--data", str(b), "--out", str(out), "--verify", *ARGS), env=_env(),
+    verify = forkserver.run(_cache_command("--data", str(b), "--out", str(out), "--verify", *ARGS), env=_env(),
                             capture_output=True, text=True, timeout=TIMEOUT_S)
     assert verify.returncode == 0 and "0 rebuilt" in verify.stdout, verify.stdout + verify.stderr

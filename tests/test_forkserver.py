@@ -1,0 +1,167 @@
+"""tests/forkserver.py: a child of the fork server behaves as the fresh process it replaces
+(argv, folder, environment, streams, exit status, signals, exit-time work), and what it cannot
+give goes to `subprocess`."""
+
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+import forkserver
+
+
+def _py(code, *args):
+    return [sys.executable, "-c", code, *args]
+
+
+def _launched():
+    return sum(forkserver.LAUNCHED.values())
+
+
+def test_argv_folder_environment_streams_and_exit_status(tmp_path):
+    before = _launched()
+    code = ("import os, sys; print(sys.argv, os.getcwd(), os.environ['EV1_PROBE'], sys.path[0] == '');"
+            "print('to stderr', file=sys.stderr); sys.exit(3)")
+    p = forkserver.run(_py(code, "a", "b c"), cwd=tmp_path, env={**os.environ, "EV1_PROBE": "x1"},
+                       capture_output=True, text=True, timeout=600)
+    assert _launched() == before + 1, forkserver.FALLBACKS  # it went to the server
+    assert p.returncode == 3
+    assert p.stdout == f"['-c', 'a', 'b c'] {tmp_path} x1 True\n" and p.stderr == "to stderr\n"
+    with forkserver.Popen(_py("print(1)"), stdout=subprocess.PIPE) as proc:
+        assert proc.stdout.read() == b"1\n"
+    assert proc.returncode == 0 and proc.cpu_s > 0
+
+
+def test_uncaught_exception_prints_its_traceback_and_exits_1():
+    p = forkserver.run(_py("raise ValueError('bad input 17')"), capture_output=True, text=True, timeout=600)
+    assert p.returncode == 1
+    assert "Traceback (most recent call last)" in p.stderr and "ValueError: bad input 17" in p.stderr
+
+
+def test_signals_reach_the_child_and_its_status_says_so():
+    p = forkserver.run(_py("import os, signal; os.kill(os.getpid(), signal.SIGABRT)"), capture_output=True,
+                       timeout=600)
+    assert p.returncode == -signal.SIGABRT
+    with forkserver.Popen(_py("import time; print('up', flush=True); time.sleep(600)"), stdout=subprocess.PIPE,
+                          text=True) as proc:
+        assert proc.stdout.readline() == "up\n"
+        assert proc.poll() is None
+        proc.terminate()
+    assert proc.returncode == -signal.SIGTERM
+    with pytest.raises(subprocess.TimeoutExpired):
+        forkserver.run(_py("import time; time.sleep(600)"), timeout=0.5)
+
+
+def test_the_child_ends_through_the_interpreters_shutdown(tmp_path):
+    """Non-daemon threads are joined and atexit handlers run before the status is reported, as
+    in a fresh interpreter (the exit-time path issue 25 is about)."""
+    code = ("import atexit, threading, time, sys\n"
+            "atexit.register(lambda: print('atexit ran', flush=True))\n"
+            "def late():\n"
+            "    time.sleep(0.3)\n"
+            f"    open({str(tmp_path / 'late')!r}, 'w').write('done')\n"
+            "threading.Thread(target=late).start()\n"
+            "sys.exit(0)\n")
+    p = forkserver.run(_py(code), capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0 and p.stdout == "atexit ran\n", p.stderr
+    assert (tmp_path / "late").read_text() == "done"
+
+
+def test_the_code_under_test_is_imported_by_the_child_not_the_server():
+    """The server holds the same project modules as a fresh interpreter (the torchvision hook's
+    package) and no more: the child imports the code under test from disk."""
+    code = "import sys; print(sorted(m for m in sys.modules if m.startswith('easyvideor1')), 'torch' in sys.modules)"
+    fresh = subprocess.run(_py(code), capture_output=True, text=True, timeout=600)
+    forked = forkserver.run(_py(code), capture_output=True, text=True, timeout=600)
+    assert forked.stdout == fresh.stdout.replace("False", "True"), (forked.stdout, fresh.stdout)
+
+
+def test_module_script_and_pythonpath_as_the_interpreter_sets_them(tmp_path):
+    pkg = tmp_path / "lib" / "probepkg"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "tool.py").write_text("import sys, os\nprint(__name__, os.path.basename(sys.argv[0]), sys.argv[1:], "
+                                 "sys.path[0] == os.getcwd())\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "lib")}
+    p = forkserver.run([sys.executable, "-m", "probepkg.tool", "x"], env=env, cwd=tmp_path, capture_output=True,
+                       text=True, timeout=600)
+    assert p.stdout == "__main__ tool.py ['x'] True\n", p.stderr
+    script = tmp_path / "bin" / "s.py"
+    script.parent.mkdir()
+    script.write_text(f"import sys; print(sys.path[0] == {str(script.parent)!r}, sys.argv[1:])")
+    p = forkserver.run([sys.executable, str(script), "y"], capture_output=True, text=True, timeout=600)
+    assert p.stdout == "True ['y']\n", p.stderr
+    p = forkserver.run(_py("import os; print(os.getsid(0) == os.getpid())"), start_new_session=True,
+                       capture_output=True, text=True, timeout=600)
+    assert p.stdout == "True\n"
+
+
+def test_a_variable_read_at_import_gets_a_server_of_its_own():
+    """OMP_NUM_THREADS sets torch's thread pool when torch is imported: a child asking for another
+    value than its server's gets a server started with it, and the value it asked for."""
+    code = _py("import torch; print(torch.get_num_threads())")
+    same = forkserver.run(code, capture_output=True, text=True, timeout=600).stdout
+    threads = "2" if same.strip() == "1" else "1"
+    env = {**os.environ, "OMP_NUM_THREADS": threads}
+    started = forkserver.SERVERS_STARTED[0]
+    p = forkserver.run(code, env=env, capture_output=True, text=True, timeout=600)
+    assert p.stdout == subprocess.run(code, env=env, capture_output=True, text=True, timeout=600).stdout != same
+    assert forkserver.SERVERS_STARTED[0] == started + 1
+    forkserver.run(code, env=env, capture_output=True, text=True, timeout=600)
+    assert forkserver.SERVERS_STARTED[0] == started + 1  # and keeps it
+
+
+def test_what_a_preloaded_parent_cannot_give_starts_fresh():
+    before = forkserver.FALLBACKS["interpreter option -X"]
+    p = forkserver.run([sys.executable, "-X", "utf8", "-c", "import sys; print(sys.flags.utf8_mode)"],
+                       capture_output=True, text=True, timeout=600)
+    assert p.stdout == "1\n" and forkserver.FALLBACKS["interpreter option -X"] == before + 1
+
+
+RANK_SCRIPT = """
+import os, sys, time
+import torch.distributed as dist
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+open(os.path.join(sys.argv[1], f"pid{rank}"), "w").write(str(os.getpid()))
+t = __import__("torch").tensor([rank + 1.0])
+dist.all_reduce(t)
+print(f"rank {rank} sum {t.item():g} unbuffered {sys.stdout.write_through}")
+if sys.argv[2] == "fail":
+    dist.barrier()
+    if rank == 1:
+        sys.exit(3)
+    time.sleep(600)  # torchrun ends this rank when rank 1 fails
+dist.destroy_process_group()
+"""
+
+
+def _torchrun(tmp_path, mode):
+    script = tmp_path / "ranks.py"
+    script.write_text(RANK_SCRIPT)
+    return forkserver.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                           str(script), str(tmp_path), mode], capture_output=True, text=True, timeout=600)
+
+
+def test_torchrun_ranks_start_through_the_server(tmp_path):
+    forkserver.close_server()  # the ranks' notes are read when a server stops: those of earlier tests now
+    before = forkserver.LAUNCHED.copy()
+    p = _torchrun(tmp_path, "ok")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert sorted(line for line in p.stdout.splitlines() if line.startswith("rank")) == [
+        "rank 0 sum 3 unbuffered True", "rank 1 sum 3 unbuffered True"]
+    forkserver.close_server()
+    assert forkserver.LAUNCHED["rank"] == before["rank"] + 2, (forkserver.LAUNCHED, forkserver.FALLBACKS)
+
+
+def test_a_failed_rank_ends_the_run_and_its_sleeping_peer(tmp_path):
+    """Rank 1 exits 3: torchrun reports it and signals rank 0, which the stand-in passes on; no
+    rank is left behind."""
+    p = _torchrun(tmp_path, "fail")
+    assert p.returncode != 0
+    assert "exitcode  : 3" in p.stderr, p.stderr[-3000:]
+    for rank in (0, 1):
+        pid = int((tmp_path / f"pid{rank}").read_text())
+        assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split(")")[1].split()[0] == "Z"
