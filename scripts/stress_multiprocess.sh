@@ -9,6 +9,9 @@
 #   PYTEST_ARGS  passed to each pytest run, e.g. -x, or test ids to run instead of TESTS below
 #   LOAD_PROCS   busy loops beside the tests (default 2)
 #   PYTHON       the interpreter (default .venv/bin/python)
+#   EV1_TEST_FORKSERVER=0  start every process as a fresh interpreter, as a user's torchrun does
+#                (by default the tests fork them from tests/forkserver.py's preloaded servers;
+#                the exit path, interpreter shutdown, is the same either way)
 #
 # The busy loops are test_under_load.sh's: they are killed however this script ends (normal
 # end, error, Ctrl-C, SIGTERM), and so is a pytest run in flight.

@@ -2,10 +2,10 @@
 
 A one-process `python -m easyvideor1.cli train ...` in a test spends ~6 of its ~10 CPU-seconds
 importing torch, transformers, the Qwen-VL model files and torchcodec before it does any work; the
-suite starts about a hundred of them. `run` and `Popen` here take the same arguments as
-`subprocess.run` / `subprocess.Popen`. For a command `[sys.executable, -m MODULE | -c CODE |
-SCRIPT, *args]` they ask a server process, started once per pytest worker with those libraries
-imported, to fork a child that becomes that command:
+suite starts ~230 such processes (torchrun ranks included). `run` and `Popen` here take the same
+arguments as `subprocess.run` / `subprocess.Popen`. For a command `[sys.executable, -m MODULE |
+-c CODE | SCRIPT, *args]` they ask a server process of this pytest worker, which has those
+libraries imported, to fork a child that becomes that command:
 
 - the child gets the caller's stdin/stdout/stderr file descriptors (sent over a UNIX socket), its
   environment, working folder and argv, and runs the module, code or script as `__main__` the way
@@ -31,12 +31,12 @@ imported fresh by the child. `EV1_TEST_FORKSERVER=0` turns the server off (every
 
 from __future__ import annotations
 
-import array
 import atexit
 import collections
 import io
 import json
 import os
+import runpy
 import select
 import signal
 import socket
@@ -45,6 +45,7 @@ import sys
 import tempfile
 import threading
 import time
+import types
 
 # Imported by the server before it forks: what a training/eval/cache command imports from outside
 # easyvideor1 (measured with sys.modules at the end of a test-sized `train`), minus vLLM, whose
@@ -486,16 +487,12 @@ def _become(request, fds):
         sys.modules["numpy"].random.seed()
     argv = request["argv"]
     sys.orig_argv = [sys.executable, *(["-u"] if request.get("unbuffered") else []), *argv]
-    import types
-
     sys.modules["_ev1_forkserver"] = sys.modules["__main__"]  # keeps this module's globals alive
 
     main = types.ModuleType("__main__")
     main.__dict__["__builtins__"] = __builtins__
     sys.modules["__main__"] = main
     if argv[0] == "-m":
-        import runpy
-
         sys.argv = ["-m", *argv[2:]]
         sys.path[0] = os.getcwd()
         runpy._run_module_as_main(argv[1])
@@ -504,8 +501,6 @@ def _become(request, fds):
         sys.path[0] = ""
         exec(compile(argv[1], "<string>", "exec"), main.__dict__)
     else:
-        import runpy
-
         sys.argv = argv
         sys.path[0] = os.path.dirname(os.path.abspath(argv[0]))
         runpy.run_path(argv[0], run_name="__main__")
