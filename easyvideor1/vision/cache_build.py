@@ -196,6 +196,8 @@ def _clear_stale_tmp(out_dir: Path) -> None:
 
 
 def _alive(pid: int) -> bool:
+    """Whether process `pid` can still write: a zombie (killed, not yet reaped by its new parent,
+    e.g. a worker of a killed run waiting for init) cannot."""
     if pid == os.getpid():
         return True
     try:
@@ -203,8 +205,12 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     except PermissionError:
+        pass
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):  # no /proc (not Linux): alive, as kill said
         return True
-    return True
 
 
 def _write_json(path: Path, obj: Any) -> None:

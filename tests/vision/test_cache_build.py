@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -15,6 +16,7 @@ from vision_media import moving_bar
 
 from easyvideor1.records import Sample
 from easyvideor1.vision.cache import FrameSource, read_entry
+from easyvideor1.vision import cache_build
 from easyvideor1.vision.cache_build import build_cache
 from easyvideor1.vision.config import VisionConfig
 from easyvideor1.vision.encode import write_video
@@ -143,3 +145,22 @@ def test_sigkill_mid_build_leaves_only_valid_entries(tmp_path):
                         video_start=row["video_start"], video_end=row["video_end"])
         assert torch.equal(source.frames_for_sample(sample)[0].pixels,
                            realtime.frames_for_sample(sample)[0].pixels)
+
+
+def test_a_temporary_file_of_a_zombie_writer_is_stale(tmp_path):
+    """A killed worker stays a zombie until its new parent reaps it; it writes nothing more, so a
+    rerun clears its temporary file instead of keeping it (a fast rerun met one)."""
+    (tmp_path / "entries" / "ab").mkdir(parents=True)
+    writer = subprocess.Popen([sys.executable, "-c", "pass"])  # not reaped below until the end: a zombie
+    deadline = time.monotonic() + TIMEOUT_S
+    while Path(f"/proc/{writer.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    host = socket.gethostname()
+    stale = tmp_path / "entries" / "ab" / f"x.safetensors.tmp{writer.pid}@{host}"
+    live = tmp_path / "entries" / "ab" / f"y.safetensors.tmp{os.getpid()}@{host}"
+    stale.write_bytes(b"partial")
+    live.write_bytes(b"partial")
+    cache_build._clear_stale_tmp(tmp_path)
+    writer.wait()
+    assert not stale.exists() and live.exists()
