@@ -136,9 +136,8 @@ def killed_run(cmd: list[str], kill: Kill, log: Path) -> tuple[bool, float]:
 
 
 def wait_until_dead(group: int) -> None:
-    """Until process group `group` has no live process (a zombie is dead): a worker inside a
-    system call when SIGKILL came (creating a temporary file) ends it after its parent is reaped,
-    and the next run must not start before."""
+    """Until process group `group` has no live process (a zombie is dead): `wait` covers the
+    leader only, and the next run must not start while a worker of the killed one still runs."""
     deadline = time.monotonic() + TIMEOUT_S
     while time.monotonic() < deadline:
         alive = False
