@@ -112,8 +112,7 @@ def pytest_sessionfinish(session):
     if forkserver is None:
         return
     forkserver.close_server()
-    counts = [dict(forkserver.LAUNCHED), dict(forkserver.FALLBACKS), {"servers": forkserver.SERVERS_STARTED[0],
-                                                                         **forkserver.SERVER_REASONS}]
+    counts = [dict(forkserver.LAUNCHED), dict(forkserver.FALLBACKS), {"servers": forkserver.SERVERS_STARTED[0]}]
     if hasattr(session.config, "workeroutput"):  # an xdist worker: the master adds it up
         session.config.workeroutput["forkserver"] = counts
     else:
@@ -136,5 +135,4 @@ def pytest_terminal_summary(terminalreporter):
         why = ", ".join(f"{n} {reason}" for reason, n in fresh.most_common())
         terminalreporter.write_line(f"tests/forkserver.py: {sum(preloaded.values())} test subprocesses started "
                                     f"preloaded by {servers['servers']} servers, {sum(fresh.values())} fresh "
-                                    f"({why or 'none'}); servers beyond the first per worker for: "
-                                    f"{dict((k, n) for k, n in servers.items() if k != 'servers')}")
+                                    f"({why or 'none'})")

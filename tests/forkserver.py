@@ -88,10 +88,8 @@ MAX_SERVERS = 3  # per test process (~0.5 GiB each); the least recently used idl
 LAUNCHED: collections.Counter = collections.Counter()  # what went to a server, by command kind
 FALLBACKS: collections.Counter = collections.Counter()  # what went to `subprocess`, by reason
 SERVERS_STARTED = [0]
-SERVER_REASONS: collections.Counter = collections.Counter()  # why a server beyond the first: the variables
 
 _servers: dict = {}  # import-time environment -> _Server, least recently used first
-_first_env: list = []  # the first server's import-time environment
 _lock = threading.Lock()
 
 
@@ -229,12 +227,6 @@ def _get_server(env) -> _Server | None:
                 print(f"forkserver: {e}; this subprocess starts fresh", file=sys.stderr)
                 return None
             SERVERS_STARTED[0] += 1
-            if _first_env:
-                first = dict(_first_env)
-                differ = sorted(k for k in set(first) | set(dict(key)) if first.get(k) != dict(key).get(k))
-                SERVER_REASONS[" ".join(differ) or "restart"] += 1
-            else:
-                _first_env.extend(key)
         _servers[key] = server  # most recently used last
         return server
 

@@ -128,7 +128,7 @@ rank = dist.get_rank()
 open(os.path.join(sys.argv[1], f"pid{rank}"), "w").write(str(os.getpid()))
 t = __import__("torch").tensor([rank + 1.0])
 dist.all_reduce(t)
-print(f"rank {rank} sum {t.item():g} unbuffered {sys.stdout.write_through}")
+sys.stdout.write(f"rank {rank} sum {t.item():g} unbuffered {sys.stdout.write_through}\\n")  # one write: whole lines
 if sys.argv[2] == "fail":
     dist.barrier()
     if rank == 1:
@@ -142,7 +142,9 @@ def _torchrun(tmp_path, mode):
     script = tmp_path / "ranks.py"
     script.write_text(RANK_SCRIPT)
     return forkserver.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                           str(script), str(tmp_path), mode], capture_output=True, text=True, timeout=600)
+                           str(script), str(tmp_path), mode], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")})
+    # (torchrun sets OMP_NUM_THREADS for its ranks when it is unset: a rank would then differ from its server)
 
 
 def test_torchrun_ranks_start_through_the_server(tmp_path):
