@@ -6,7 +6,8 @@
 #
 # Usage: scripts/stress_multiprocess.sh [-n N] [PYTEST_ARGS ...]
 #   -n N         iterations (default: $STRESS_N, else 20)
-#   PYTEST_ARGS  passed to each pytest run, e.g. -x, or test ids to run instead of TESTS below
+#   PYTEST_ARGS  passed to each pytest run, e.g. -x, or test ids to run instead of TESTS below;
+#                after `--` when one starts with -n, e.g. `-n 20 -- -n 2 --dist loadfile`
 #   LOAD_PROCS   busy loops beside the tests (default 2)
 #   PYTHON       the interpreter (default .venv/bin/python)
 #   EV1_TEST_FORKSERVER=0  start every process as a fresh interpreter, as a user's torchrun does
@@ -61,7 +62,7 @@ case "$N" in ''|*[!0-9]*|0) echo "stress: -n takes a positive whole number, not 
 
 if [ -z "${STRESS_UNDER_LOAD:-}" ]; then  # start the busy loops, then come back below as their command
   export STRESS_UNDER_LOAD=1
-  LOAD_PROCS="${LOAD_PROCS:-2}" exec scripts/test_under_load.sh "$0" -n "$N" "$@"
+  LOAD_PROCS="${LOAD_PROCS:-2}" exec scripts/test_under_load.sh "$0" -n "$N" -- "$@"
 fi
 
 PYTHON="${PYTHON:-.venv/bin/python}"

@@ -23,8 +23,9 @@ read later (EASYVIDEOR1_*, EV1_*, VLLM_*, the torch.distributed ones) and PYTHON
 between a server and its child. The ranks of a torchrun command start the same way
 (forkserver_rank.py). Interpreter options (-u, -X, -B ...), stdin=PIPE/input, or Popen options
 beyond the common ones get a fresh interpreter through `subprocess` itself (`FALLBACKS` counts why).
-Tests whose result depends on what a process imported or on its memory (peak RSS) call
-`subprocess` directly. The server imports no easyvideor1 module: the code under test is always
+Tests whose result depends on its memory (peak RSS) call `subprocess` directly; those that check
+what a process imports ask for a server that has imported only what that allows
+(`preload="cli"`: no torch, transformers or vLLM). The server imports no easyvideor1 module: the code under test is always
 imported fresh by the child. `EV1_TEST_FORKSERVER=0` turns the server off (every call then goes to
 `subprocess`).
 """
@@ -67,6 +68,10 @@ PRELOAD = (
     "torchvision.transforms.v2.functional", "torch.distributed.checkpoint.state_dict", "torch.profiler",
     "matplotlib.backends.backend_agg", "cv2", "requests", "pydantic", "mistral_common", "tiktoken", "peft",
 )
+# For commands that must not import torch (`Popen(..., preload="cli")`: test_cli_errors checks that
+# a wrong argument is answered before torch, transformers or vLLM is imported): what `easyvideor1`'s
+# command line imports from outside the package up to its checks.
+PRELOADS = {"full": PRELOAD, "cli": ("numpy", "yaml", "tokenizers", "jinja2", "PIL.Image", "tqdm")}
 
 # Environment variables a child may set differently from its server: read by the code under test,
 # by torch.distributed at init, or by libraries the server does not import. Any other difference
@@ -83,7 +88,7 @@ CHILD_ENV_KEYS = frozenset({
 })
 POPEN_OPTIONS = frozenset({"stdout", "stderr", "stdin", "env", "cwd", "text", "universal_newlines",
                            "encoding", "errors", "bufsize", "close_fds", "start_new_session"})
-MAX_SERVERS = 3  # per test process (~0.5 GiB each); the least recently used idle one makes room
+MAX_SERVERS = 3  # per test process and preload (~0.5 GiB each "full"); the least recently used idle one makes room
 
 LAUNCHED: collections.Counter = collections.Counter()  # what went to a server, by command kind
 FALLBACKS: collections.Counter = collections.Counter()  # what went to `subprocess`, by reason
@@ -97,6 +102,7 @@ def run(args, *, timeout=None, check=False, capture_output=False, input=None, **
     """`subprocess.run`, through a fork server where it can be."""
     if input is not None:
         kwargs.pop("fresh_ranks", None)
+        kwargs.pop("preload", None)
         FALLBACKS["input"] += 1
         return subprocess.run(args, timeout=timeout, check=check, capture_output=capture_output, input=input,
                               **kwargs)
@@ -115,19 +121,24 @@ def run(args, *, timeout=None, check=False, capture_output=False, input=None, **
     return done
 
 
-def Popen(args, *, fresh_ranks=False, **kwargs):
+def Popen(args, *, fresh_ranks=False, preload="full", **kwargs):
     """`subprocess.Popen`, through a fork server where it can be (see the module docstring).
     The ranks of a torchrun command start through it too (forkserver_rank.py) unless
-    `fresh_ranks` (for tests that measure a rank's memory)."""
+    `fresh_ranks` (for tests that measure a rank's memory). `preload` names what the server has
+    imported (`PRELOADS`)."""
     why = _why_fresh(args, kwargs)
-    server = None if why else _get_server(os.environ if kwargs.get("env") is None else kwargs["env"])
+    server = None if why else _get_server(os.environ if kwargs.get("env") is None else kwargs["env"], preload)
     if server is None:
         FALLBACKS[why or "no server"] += 1
         return subprocess.Popen(args, **kwargs)
     LAUNCHED[_kind(args)] += 1
     args = list(map(str, args))
-    if args[1:3] == ["-m", "torch.distributed.run"] and not fresh_ranks:
-        args = _ranks_through_server(args, server)
+    if args[1:3] == ["-m", "torch.distributed.run"] and not fresh_ranks and preload == "full":
+        try:
+            args = _ranks_through_server(args, server)
+        except BaseException:
+            server.children -= 1
+            raise
     return _Forked(server, args, **kwargs)
 
 
@@ -180,11 +191,11 @@ def _import_time_env(env) -> tuple:
 
 
 class _Server:
-    def __init__(self, env):
+    def __init__(self, env, preload="full"):
         self.folder = tempfile.mkdtemp(prefix="ev1-fork-")
         self.path = os.path.join(self.folder, "s")
         self.children = 0  # started and not yet reported
-        self.proc = subprocess.Popen([sys.executable, __file__, self.path], env=env, stdin=subprocess.DEVNULL,
+        self.proc = subprocess.Popen([sys.executable, __file__, self.path, preload], env=env, stdin=subprocess.DEVNULL,
                                      stdout=subprocess.PIPE, text=True)
         line = self.proc.stdout.readline()  # "ready" once the libraries are imported and the socket listens
         self.proc.stdout.close()
@@ -210,24 +221,25 @@ class _Server:
         os.rmdir(self.folder)
 
 
-def _get_server(env) -> _Server | None:
-    """The server for `env`'s import-time variables, started if needed; None if none can be."""
-    key = _import_time_env(env)
+def _get_server(env, preload="full") -> _Server | None:
+    """The server for `env`'s import-time variables and `preload`, started if needed; None if none can be."""
+    key = (preload, _import_time_env(env))
     with _lock:
         server = _servers.pop(key, None)
         if server is None:
-            if len(_servers) >= MAX_SERVERS:
-                idle = next((k for k, s in _servers.items() if not s.children), None)
+            if sum(k[0] == preload for k in _servers) >= MAX_SERVERS:
+                idle = next((k for k, s in _servers.items() if k[0] == preload and not s.children), None)
                 if idle is None:
                     return None
                 _servers.pop(idle).close()
             try:
-                server = _Server(dict(env))
+                server = _Server(dict(env), preload)
             except (OSError, RuntimeError) as e:
                 print(f"forkserver: {e}; this subprocess starts fresh", file=sys.stderr)
                 return None
             SERVERS_STARTED[0] += 1
         _servers[key] = server  # most recently used last
+        server.children += 1  # reserved under the lock: another thread must not close it as idle
         return server
 
 
@@ -285,9 +297,9 @@ class _Forked:
             self._sock.sendall(body)
             self._reply = self._sock.makefile("r")
             self.pid = json.loads(self._reply.readline())["pid"]
-            self._server = server
-            server.children += 1
+            self._server = server  # its `children` counts this one since _get_server
         except BaseException:
+            server.children -= 1
             for fd in parent_ends.values():
                 os.close(fd)
             raise
@@ -381,8 +393,8 @@ class _Forked:
 # per request and reports each child's exit status on the request's connection.
 
 
-def _preload():
-    for name in PRELOAD:
+def _preload(names):
+    for name in names:
         try:
             __import__(name)
         except Exception:  # an optional library (av, peft) missing: the child imports what it needs
@@ -393,9 +405,9 @@ def _preload():
         pass
 
 
-def _serve(path):
+def _serve(path, preload):
     env = dict(os.environ)  # as started: imports may add to it (cv2 prepends to LD_LIBRARY_PATH)
-    _preload()
+    _preload(PRELOADS[preload])
     with open(path + ".json", "w") as f:  # for forkserver_rank.py, which imports nothing of this file
         json.dump({"env": env, "keys": sorted(CHILD_ENV_KEYS), "prefixes": CHILD_ENV_PREFIXES}, f)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -500,4 +512,4 @@ def _become(request, fds):
 
 if __name__ == "__main__":
     _SERVER_PYTHONPATH = {os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p}
-    _become(*_serve(sys.argv[1]))
+    _become(*_serve(sys.argv[1], sys.argv[2]))

@@ -16,16 +16,16 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+import forkserver  # noqa: E402  (the cases start from a server that has imported no torch: PRELOADS["cli"])
 
 CONFIG = str(Path(__file__).resolve().parents[1] / "configs" / "demo_cpu.yaml")
 PROBE = ("import atexit, json, os, sys\n"
-         "atexit.register(lambda: open(os.environ['CLI_ERRORS_MODULES'], 'w').write(json.dumps(sorted(\n"
+         "atexit.register(lambda: open(os.environ['EV1_CLI_ERRORS_MODULES'], 'w').write(json.dumps(sorted(\n"
          "    m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers', 'vllm')))))\n"
          "from easyvideor1.cli import main\n"
          "sys.exit(main(sys.argv[1:]))\n")
@@ -166,11 +166,12 @@ CASES = [
 
 def _run(argv: list[str], tmp: Path, index: int, extra_env: dict[str, str] | None = None):
     modules = tmp / f"modules-{index}.json"
-    env = {**os.environ, "CLI_ERRORS_MODULES": str(modules), "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "EV1_CLI_ERRORS_MODULES": str(modules), "OMP_NUM_THREADS": "1"}
     env.pop("EASYVIDEOR1_DEBUG", None)
     env.update(extra_env or {})
-    proc = subprocess.run([sys.executable, "-c", PROBE, *argv], capture_output=True, text=True, env=env,
-                          cwd=tmp, timeout=300)
+    # Forked from a server that has imported none of torch, transformers or vLLM (forkserver.PRELOADS).
+    proc = forkserver.run([sys.executable, "-c", PROBE, *argv], capture_output=True, text=True, env=env,
+                          cwd=tmp, timeout=300, preload="cli")
     return proc, json.loads(modules.read_text()) if modules.exists() else None
 
 

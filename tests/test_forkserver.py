@@ -78,6 +78,19 @@ def test_the_code_under_test_is_imported_by_the_child_not_the_server():
     assert forked.stdout == fresh.stdout.replace("False", "True"), (forked.stdout, fresh.stdout)
 
 
+def test_a_cli_server_has_imported_no_torch():
+    """test_cli_errors asserts that a wrong argument is answered before torch, transformers or vLLM
+    is imported: its children come from a server that has imported none of them, and a child that
+    imports torch itself shows it."""
+    code = "import sys; print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers', 'vllm')))"
+    p = forkserver.run(_py(code), capture_output=True, text=True, timeout=600, preload="cli")
+    assert p.stdout == "[]\n", p.stderr
+    p = forkserver.run(_py("import torch; " + code), capture_output=True, text=True, timeout=600, preload="cli")
+    assert "'torch'" in p.stdout, p.stderr
+    p = forkserver.run(_py(code), capture_output=True, text=True, timeout=600)
+    assert "'transformers'" in p.stdout and "'torch'" in p.stdout, p.stderr  # the full server's, for contrast
+
+
 def test_module_script_and_pythonpath_as_the_interpreter_sets_them(tmp_path):
     pkg = tmp_path / "lib" / "probepkg"
     pkg.mkdir(parents=True)
