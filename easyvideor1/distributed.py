@@ -9,17 +9,22 @@ Decisions that change how many collectives follow (skip a sample, stop filtering
 are made with `all_true` / `any_true` / `max_int`, so every rank takes the same path.
 
 Joining and leaving (`init_process_group`, `close`): on CPUs the groups are gloo groups with
-ONE worker thread each (backend `gloo_serial`; torch's `gloo` has two), and `close` ends with
-a barrier on every group this package made, then leaves them. Why: a gloo worker thread frees
-each finished collective's tensors after the caller has already been woken; under torch 2.13
-freeing a tensor that has a Python object takes the GIL (`TensorImpl::decref_pyobject`). If
-the process is already finalising, CPython 3.11 ends that thread with `pthread_exit`, whose
+ONE worker thread each (backend `gloo_serial`; torch's `gloo` has two), and `close` ends each
+group this package made with one last all-reduce whose work and tensor it keeps until the
+process ends. Why: a gloo worker thread drops its reference to each collective's work after the
+caller has been woken, and if that was the last one it frees the work's tensors there; under
+torch 2.13 freeing a tensor that has a Python object takes the GIL (`TensorImpl::decref_pyobject`).
+If the process is already finalising, CPython 3.11 ends that thread with `pthread_exit`, whose
 unwinding through the noexcept destructor calls `std::terminate`: "terminate called without an
 active exception", SIGABRT, exit 134, after all the work was written (pytorch#190489,
 pytorch#38228; `destroy_process_group` stops gloo's threads only when no Python reference to
-the group is left, and FSDP2 modules and DTensor's caches keep them). With one worker per group
-the barrier runs on the thread that ran every earlier collective, after it freed them, so once
-the barrier returns no gloo thread will need the GIL again.
+the group is left, and FSDP2 modules and DTensor's caches keep them). A barrier does not end
+it: gloo's barrier work holds (weak) references to the works queued before it and frees them
+when it is itself freed, on the worker thread, after waking the caller (a core dump of such an
+abort: `~AsyncBarrierWork` -> `~AsyncAllgatherCoalescedWork` -> `decref_pyobject` -> `take_gil`
+-> `pthread_exit` -> `std::terminate`). An all-reduce holds no other work; with one worker per
+group it runs after every earlier work of the group has been freed, and the caller keeps the
+last reference to it, so once it returns no gloo thread will need the GIL again.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ import torch.distributed as dist
 _ACCELERATOR_BACKENDS = {"nccl": "cuda", "xccl": "xpu", "hccl": "npu"}
 CPU_BACKEND = "gloo_serial"  # gloo, one worker thread per group (module docstring)
 _JOINED: list[Any] = []  # the groups this package made on this rank, in creation order: None (the world) first
+_KEPT: list[Any] = []  # `close`'s last work and tensor of each group: freed at exit by this thread, not gloo's
 _WAITING: dict[float, Any] = {}  # `waiting_group`'s groups of this world, by timeout in minutes
 
 
@@ -310,19 +316,22 @@ def all_reduce_grad(tensor: torch.Tensor, group: Any = None) -> torch.Tensor:
 
 
 def close() -> None:
-    """Leave every process group (the sub-groups too) once every rank is done: a barrier on the
-    world, then on each sub-group in creation order (so no rank waits on a group its peers have
-    not reached), then `destroy_process_group`. Under `CPU_BACKEND` no gloo worker thread then
-    holds a finished collective's tensors, so the process can end without the abort of the module
-    docstring. Call it on every rank after the last collective (`cli.main` does, after any
-    command); a no-op unless `init_process_group` made the world (a world vLLM or a test made
-    is theirs to leave)."""
+    """Leave every process group (the sub-groups too) once every rank is done: one last
+    all-reduce on the world, then on each sub-group in creation order (so no rank waits on a
+    group its peers have not reached), whose work and tensor stay referenced here until the
+    process ends, then `destroy_process_group`. Under `CPU_BACKEND` no gloo worker thread then
+    frees a tensor, so the process can end without the abort of the module docstring. Call it on
+    every rank after the last collective (`cli.main` does, after any command); a no-op unless
+    `init_process_group` made the world (a world vLLM or a test made is theirs to leave)."""
     if not (_JOINED and is_initialized()):
         _JOINED.clear()
         _WAITING.clear()
         return
-    for group in _JOINED:
-        dist.barrier(group=group)  # a group of one rank too: its worker thread also holds tensors
+    for group in _JOINED:  # a group of one rank too: its worker thread also frees works
+        done = torch.zeros(1, device=collective_device(group))
+        work = dist.all_reduce(done, group=group, async_op=True)
+        work.wait()
+        _KEPT.append((work, done))
     _JOINED.clear()
     _WAITING.clear()
     dist.destroy_process_group()

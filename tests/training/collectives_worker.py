@@ -128,7 +128,11 @@ def main(model_dir: str, samples_path: str, out: str) -> None:
     (Path(out) / f"counts-rank{rank}.json").write_text(json.dumps(
         {"counts": counts, "sync_gather_dtypes": sorted(sync.gather_dtypes),
          "sync_item_dtypes": sorted({str(d) for d in items.values()}), "slots": slots}))
+    distributed.waiting_group(1)  # a second group for close to leave
+    joined = len(distributed._JOINED)
     distributed.close()  # every rank, after the last collective
+    (Path(out) / f"close-rank{rank}.json").write_text(json.dumps(
+        {"joined": joined, "kept": [[work.is_completed(), done.device.type] for work, done in distributed._KEPT]}))
 
 
 if __name__ == "__main__":

@@ -49,7 +49,8 @@ def counts(tmp_path_factory):
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     proc = _torchrun(HERE / "collectives_worker.py", model, data, root / "out")
     assert proc.returncode == 0, proc.stderr[-6000:]
-    return [json.loads((root / "out" / f"counts-rank{r}.json").read_text()) for r in (0, 1)]
+    return [{**json.loads((root / "out" / f"counts-rank{r}.json").read_text()),
+             "close": json.loads((root / "out" / f"close-rank{r}.json").read_text())} for r in (0, 1)]
 
 
 def test_head_gathered_once_per_pass_and_sync_gathers_in_bf16(counts):
@@ -61,6 +62,15 @@ def test_head_gathered_once_per_pass_and_sync_gathers_in_bf16(counts):
         assert one["grad"]["reduce_scatter"] > 0 and "reduce_scatter" not in one["no_grad"]
         assert got["sync_gather_dtypes"] == ["torch.bfloat16"]
         assert got["sync_item_dtypes"] == ["torch.bfloat16"]
+
+
+def test_close_keeps_each_groups_last_work_to_the_end(counts):
+    """`distributed.close` ends each group it leaves (the world and a waiting group here) with a
+    collective whose work it holds until the process ends, so no gloo worker thread frees a tensor
+    while the interpreter finalises (the SIGABRT at exit its module docstring explains; a barrier,
+    whose work frees the works before it on the worker thread, brought it back)."""
+    for got in counts:
+        assert got["close"] == {"joined": 2, "kept": [[True, "cpu"], [True, "cpu"]]}, got["close"]
 
 
 def test_ranks_share_one_balanced_assignment(counts):
