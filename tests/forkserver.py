@@ -25,8 +25,8 @@ between a server and its child. The ranks of a torchrun command start the same w
 beyond the common ones get a fresh interpreter through `subprocess` itself (`FALLBACKS` counts why).
 Tests whose result depends on its memory (peak RSS) call `subprocess` directly; those that check
 what a process imports ask for a server that has imported only what that allows
-(`preload="cli"`: no torch, transformers or vLLM). The server imports no easyvideor1 module: the code under test is always
-imported fresh by the child. `EV1_TEST_FORKSERVER=0` turns the server off (every call then goes to
+(`preload="cli"`: no torch, transformers or vLLM). The server imports no easyvideor1 module:
+the code under test is always imported fresh by the child. `EV1_TEST_FORKSERVER=0` turns the server off (every call then goes to
 `subprocess`).
 """
 
@@ -133,13 +133,13 @@ def Popen(args, *, fresh_ranks=False, preload="full", **kwargs):
         return subprocess.Popen(args, **kwargs)
     LAUNCHED[_kind(args)] += 1
     args = list(map(str, args))
-    if args[1:3] == ["-m", "torch.distributed.run"] and not fresh_ranks and preload == "full":
-        try:
+    try:
+        if args[1:3] == ["-m", "torch.distributed.run"] and not fresh_ranks and preload == "full":
             args = _ranks_through_server(args, server)
-        except BaseException:
-            server.children -= 1
-            raise
-    return _Forked(server, args, **kwargs)
+        return _Forked(server, args, **kwargs)
+    except BaseException:
+        server.children -= 1  # the reservation _get_server made
+        raise
 
 
 def _ranks_through_server(args: list[str], server) -> list[str]:
@@ -297,9 +297,8 @@ class _Forked:
             self._sock.sendall(body)
             self._reply = self._sock.makefile("r")
             self.pid = json.loads(self._reply.readline())["pid"]
-            self._server = server  # its `children` counts this one since _get_server
+            self._server = server  # its `children` counts this one since _get_server (Popen)
         except BaseException:
-            server.children -= 1
             for fd in parent_ends.values():
                 os.close(fd)
             raise
