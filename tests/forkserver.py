@@ -26,8 +26,8 @@ beyond the common ones get a fresh interpreter through `subprocess` itself (`FAL
 Tests whose result depends on its memory (peak RSS) call `subprocess` directly; those that check
 what a process imports ask for a server that has imported only what that allows
 (`preload="cli"`: no torch, transformers or vLLM). The server imports no easyvideor1 module:
-the code under test is always imported fresh by the child. `EV1_TEST_FORKSERVER=0` turns the server off (every call then goes to
-`subprocess`).
+the code under test is always imported fresh by the child. `EV1_TEST_FORKSERVER=0` turns the
+server off (every call then goes to `subprocess`).
 """
 
 from __future__ import annotations
@@ -138,7 +138,7 @@ def Popen(args, *, fresh_ranks=False, preload="full", **kwargs):
             args = _ranks_through_server(args, server)
         return _Forked(server, args, **kwargs)
     except BaseException:
-        server.children -= 1  # the reservation _get_server made
+        _release(server)  # the reservation _get_server made
         raise
 
 
@@ -219,6 +219,13 @@ class _Server:
         for name in os.listdir(self.folder):
             os.unlink(os.path.join(self.folder, name))
         os.rmdir(self.folder)
+
+
+def _release(server) -> None:
+    """One child of `server` reported or never started: under the lock, as `_get_server` reserves,
+    so no count is lost between threads (a lost reservation would let a busy server close as idle)."""
+    with _lock:
+        server.children -= 1
 
 
 def _get_server(env, preload="full") -> _Server | None:
@@ -330,11 +337,11 @@ class _Forked:
     def _read_status(self):
         line = self._reply.readline()
         if not line:
-            self._server.children -= 1
+            _release(self._server)
             raise RuntimeError(f"fork server lost child {self.pid} of {self.args}")
         status = json.loads(line)
         self.returncode, self.cpu_s = status["returncode"], status["cpu_s"]  # cpu_s: the child's own CPU
-        self._server.children -= 1
+        _release(self._server)
         self._reply.close()
         self._sock.close()
 
