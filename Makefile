@@ -7,11 +7,12 @@ setup:
 demo: setup
 	.venv/bin/easyvideor1 demo --out runs/demo
 
-# -n 2: two pytest-xdist workers, a test file each at a time (--dist loadfile keeps a file's module
-# fixtures in one process); --no-loadscope-reorder keeps the order tests/conftest.py gives (longest
-# files first; xdist would otherwise start with the files of most tests, and the long files of two
-# tests each ran last, alone); --durations=20 prints the slowest tests so growth shows when it happens.
-TEST_WORKERS ?= 2
+# -n $(TEST_WORKERS): pytest-xdist workers, two per core (scripts/test_workers.sh says why and
+# when fewer), a test file each at a time (--dist loadfile keeps a file's module fixtures in one
+# process); --no-loadscope-reorder keeps the order tests/conftest.py gives (longest files first;
+# xdist would otherwise start with the files of most tests, and the long files of two tests each
+# ran last, alone); --durations=20 prints the slowest tests so growth shows when it happens.
+TEST_WORKERS ?= $(shell bash scripts/test_workers.sh)
 test: setup
 	OMP_WAIT_POLICY=PASSIVE HF_HUB_OFFLINE=1 .venv/bin/python -m pytest -q -p no:cacheprovider \
 		-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=20 tests

@@ -8,9 +8,10 @@ subprocesses the tests start inherit it.
 HF_HUB_OFFLINE=1: the tests use only models they build; nothing may wait on the network.
 EASYVIDEOR1_FUSED_ATTENTION=1: on a CUDA machine, packed attention refuses SDPA's MATH kernel, so
 a call that no fused kernel takes fails the test instead of silently using [H, L, L] scores.
-OMP_NUM_THREADS under pytest-xdist (`make test` runs `-n 2`): the workers share the cores as
-torchrun's ranks do (easyvideor1.threads), so two workers on two cores run one thread each
-instead of four threads fighting over two cores. Set before torch is imported, like the rest.
+OMP_NUM_THREADS under pytest-xdist (`make test` runs two workers per core): the workers share the
+cores as torchrun's ranks do (easyvideor1.threads), cores // workers threads each, at least one,
+instead of a thread per core in every worker fighting over the cores. Set before torch is
+imported, like the rest.
 VLLM_CACHE_ROOT: one folder for the whole run, made by the first process that loads this file
 (pytest, or xdist's master, whose workers and their subprocesses inherit it) and removed at its
 end. vLLM inspects a model class in a subprocess of its own (~10 s of CPU: it imports vLLM again)
