@@ -8,9 +8,10 @@
 # workers, at least 1) and spends much of its time waiting on the processes its tests start
 # (training commands, torchrun ranks, vLLM engines), so a second worker per core fills that time.
 # On a busy machine the kernel shares the cores among runnable threads, so four workers beside
-# two busy loops get about two thirds of a 2-core machine, two workers half of it. Measured on
-# 2 cores (fresh clone of eca7bf5, 2026-12-04): beside two busy loops 13 min 32 s with 4
-# workers (31 min 52 s with 2 on 44c30df); alone 9 min 23 s (10 min 22 s with 2 on c20f2f5).
+# two busy loops get up to two thirds of a 2-core machine, two workers half of it. Measured on
+# 2 cores, one fresh clone of a0cde60 (2026-12-04), runs one after another: beside two busy loops
+# 13 min 22 s with 4 workers, 15 min 40 s with 2; alone 9 min 38 s with 4, 9 min 15 s with 2
+# (within this machine's noise; 4 workers take ~17% more CPU: more fork servers to start).
 # 3 GiB: the peak with 4 workers was ~12 GiB in use (torchrun ranks and vLLM engines at once).
 set -euo pipefail
 cores="${1:-$(nproc)}"
