@@ -11,7 +11,7 @@
 # two busy loops get up to two thirds of a 2-core machine, two workers half of it. Measured on
 # 2 cores, one fresh clone of a0cde60 (2026-12-04), runs one after another: beside two busy loops
 # 13 min 22 s with 4 workers, 15 min 40 s with 2; alone 9 min 38 s with 4, 9 min 15 s with 2
-# (within this machine's noise; 4 workers take ~17% more CPU: more fork servers to start).
+# (within this machine's noise; 4 workers take ~7% more CPU: more fork servers to start).
 # 3 GiB: the peak with 4 workers was ~12 GiB in use (torchrun ranks and vLLM engines at once).
 set -euo pipefail
 cores="${1:-$(nproc)}"
