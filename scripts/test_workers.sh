@@ -2,7 +2,10 @@
 # How many pytest-xdist workers `make test` starts (TEST_WORKERS=N overrides it): two per core,
 # at most one per 3 GiB of available memory, at least one.
 #
-# Usage: scripts/test_workers.sh [CORES MEM_AVAILABLE_KIB]   (default: `nproc`, /proc/meminfo)
+# Usage: scripts/test_workers.sh [CORES MEM_AVAILABLE_KIB]
+#   Defaults: `nproc` and /proc/meminfo's MemAvailable, each lowered to this process's cgroup
+#   limits where a container sets them (CPU quota; memory limit less the memory in use), read
+#   under CGROUP (default /sys/fs/cgroup; cgroup v2, else v1).
 #
 # Two per core: each worker runs one thread (tests/conftest.py sets OMP_NUM_THREADS to cores //
 # workers, at least 1) and spends much of its time waiting on the processes its tests start
@@ -14,8 +17,36 @@
 # (within this machine's noise; 4 workers take ~7% more CPU: more fork servers to start).
 # 3 GiB: the peak with 4 workers was ~12 GiB in use (torchrun ranks and vLLM engines at once).
 set -euo pipefail
-cores="${1:-$(nproc)}"
-mem_kib="${2:-$(awk '/^MemAvailable:/ {print $2}' /proc/meminfo)}"
+CGROUP="${CGROUP:-/sys/fs/cgroup}"
+
+# The cgroup's CPU quota in whole cores, rounded up; nothing if it sets none.
+quota_cores() {
+  local quota period
+  if [ -r "$CGROUP/cpu.max" ]; then
+    read -r quota period < "$CGROUP/cpu.max"
+  elif [ -r "$CGROUP/cpu/cpu.cfs_quota_us" ]; then
+    quota=$(cat "$CGROUP/cpu/cpu.cfs_quota_us") period=$(cat "$CGROUP/cpu/cpu.cfs_period_us")
+  fi
+  case "${quota:-max}" in max | -*) return ;; esac
+  echo $(((quota + period - 1) / period))
+}
+
+# The cgroup's memory limit less its usage, in KiB; nothing if it sets none.
+quota_free_kib() {
+  local limit used
+  if [ -r "$CGROUP/memory.max" ]; then
+    limit=$(cat "$CGROUP/memory.max") used=$(cat "$CGROUP/memory.current")
+  elif [ -r "$CGROUP/memory/memory.limit_in_bytes" ]; then
+    limit=$(cat "$CGROUP/memory/memory.limit_in_bytes") used=$(cat "$CGROUP/memory/memory.usage_in_bytes")
+  fi
+  case "${limit:-max}" in max) return ;; esac
+  echo $(((limit - used) / 1024))  # v1's "no limit" is a number near 2^63: larger than any MemAvailable
+}
+
+smaller() { if [ -n "$2" ] && [ "$2" -lt "$1" ]; then echo "$2"; else echo "$1"; fi; }
+
+cores="${1:-$(smaller "$(nproc)" "$(quota_cores)")}"
+mem_kib="${2:-$(smaller "$(awk '/^MemAvailable:/ {print $2}' /proc/meminfo)" "$(quota_free_kib)")}"
 workers=$((2 * cores))
 by_memory=$((mem_kib / (3 * 1024 * 1024)))
 if [ "$by_memory" -lt "$workers" ]; then
