@@ -6,8 +6,11 @@ config tree, the Makefile), so a removed flag or config key fails the suite, not
 
 import importlib.util
 import os
+import re
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -75,10 +78,47 @@ def test_readme_stays_one_screen_of_orientation():
     assert len((ROOT / "README.md").read_text().splitlines()) <= 150, "README.md: move detail into docs/"
 
 
-def test_mkdocs_build_strict(tmp_path):
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _mkdocs_strict_build(config: Path, site: Path) -> list[str]:
+    """The problems `mkdocs build --strict` reports: its WARNING and ERROR lines and a non-zero exit.
+
+    Not --quiet: mkdocs 1.6 then drops warnings before its strict counter sees them, and a build
+    with broken links exits 0 while `mkdocs serve` (mkdocs.yml sets strict: true) aborts on them.
+    """
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}  # material 9.8 prints a banner about its successor
-    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet",
-                           "-f", str(ROOT / "mkdocs.yml"), "-d", str(tmp_path / "site")],
-                          capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(config), "-d", str(site)],
+                          capture_output=True, text=True, timeout=300, cwd=config.parent, env=env)
+    output = _ANSI.sub("", proc.stdout + proc.stderr)
+    problems = [line for line in output.splitlines() if line.lstrip().startswith(("WARNING", "ERROR"))]
+    if proc.returncode != 0:
+        problems.append(f"exit status {proc.returncode}; output ends:\n{output[-2000:]}")
+    return problems
+
+
+def test_mkdocs_build_strict(tmp_path):
+    problems = _mkdocs_strict_build(ROOT / "mkdocs.yml", tmp_path / "site")
+    assert not problems, "\n".join(problems)
     assert (tmp_path / "site" / "index.html").is_file()
+    # The changelog's GitHub-style `docs/...` links become site links (docs/hooks/changelog_links.py).
+    changelog = (tmp_path / "site" / "changelog" / "index.html").read_text()
+    assert 'href="../guides/evaluation/#confidence-intervals-and-comparing-checkpoints"' in changelog
+    assert 'href="docs/' not in changelog
+
+
+def test_mkdocs_build_strict_fails_on_a_planted_broken_link(tmp_path):
+    """The check above can fail: a copy of the docs with a missing page and a missing anchor."""
+    shutil.copy(ROOT / "mkdocs.yml", tmp_path / "mkdocs.yml")
+    shutil.copytree(ROOT / "docs", tmp_path / "docs")  # changelog.md: a copy of CHANGELOG.md, not a link
+    changelog = tmp_path / "docs" / "changelog.md"
+    assert not changelog.is_symlink()
+    changelog.write_text(changelog.read_text() + "\n- Planted: [gone](docs/guides/no-such-page.md).\n")
+    index = tmp_path / "docs" / "index.md"
+    index.write_text(index.read_text() + "\nPlanted: [a section](getting-started.md#no-such-section).\n")
+    problems = _mkdocs_strict_build(tmp_path / "mkdocs.yml", tmp_path / "site")
+    warnings = [p for p in problems if p.startswith("WARNING")]
+    assert any("'guides/no-such-page.md'" in w and "changelog.md" in w for w in warnings), problems
+    assert any("#no-such-section" in w and "index.md" in w for w in warnings), problems
+    assert len(warnings) == 2, problems
+    assert problems[-1].startswith("exit status 1"), problems
