@@ -44,6 +44,8 @@ from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 
+from budget import pytest_runtest_makereport  # noqa: E402,F401  (a test over EV1_TEST_BUDGET_S fails: tests/budget.py)
+
 
 @pytest.fixture
 def ipc_dir():
