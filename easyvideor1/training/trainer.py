@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from easyvideor1 import distributed
+from easyvideor1 import distributed, testhooks
 from easyvideor1.algorithms import ADVANTAGES, kl_reward_penalty
 from easyvideor1.algorithms.kl import AdaptiveKLController, k1_sums
 from easyvideor1.config_tree import ConfigError
@@ -196,6 +196,10 @@ def train_step(run: Run, step: int) -> dict[str, float]:
             batch.ref_log_probs = all_logprobs(run.reference, batch, run.ctx)
         if batch.old_log_probs is not None:  # else the update measures it on the same tokens
             m.glob["kl/policy_ref"] = policy_ref_kl(batch)
+    if testhooks.armed("trainer.logprobs"):  # tests: which weights generated the batch (test_async_training)
+        torch.save({"behaviour": batch.behaviour_log_probs, "old": batch.old_log_probs, "ref": batch.ref_log_probs,
+                    "known": batch.behaviour_known()},
+                   f"{run.cfg.logging.out_dir}/logprobs-{step:06d}.rank{run.rank}.pt")
     with timer("advantage"):
         m.glob.update(advantage_stage(run, batch, greedy))
     with timer("update"):

@@ -25,7 +25,7 @@ from easyvideor1.training.async_rollout import broadcast_versions, check_placeme
 from easyvideor1.training.groups import ScoredGroups
 from easyvideor1.training.hybrid import HybridCounters
 from easyvideor1.training.metrics import read_metrics
-from test_distributed import write_config
+from test_distributed import UPDATE_KEYS, same_steps, write_config
 import forkserver  # noqa: E402  (the subprocesses start with torch & co. imported)
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
@@ -132,7 +132,10 @@ def colocated(setup):
 
 def _equals_colocated(colocated, out, base, rtol, atol):
     """The run in `out` ended at the colocated run's parameters (within rtol, atol) after 3
-    on-policy steps, with the same dynamic-sampling, hybrid and reward metrics each step."""
+    on-policy steps, with the same dynamic-sampling, hybrid and reward metrics each step, and the
+    same policy loss and gradient norm each step (`test_distributed.same_steps`: AdamW with
+    clipping ends at the same weights with a gradient off by a constant factor, e.g. the world
+    size; these two would not)."""
     a = load_file(str(colocated / "hf_model" / "model.safetensors"))
     b = load_file(str(out / "hf_model" / "model.safetensors"))
     base = load_file(str(base / "model.safetensors"))
@@ -147,6 +150,7 @@ def _equals_colocated(colocated, out, base, rtol, atol):
         keys = [k for k in a_row if k.startswith(("filter/", "hybrid/", "reward/"))]
         assert "filter/filter_groups_kept" in keys and b_row["hybrid/groups_replaced"] > 0
         assert {k: b_row[k] for k in keys} == {k: a_row[k] for k in keys}
+    same_steps(colocated, out, UPDATE_KEYS, 3)
 
 
 @pytest.fixture(scope="module")
@@ -183,7 +187,7 @@ def test_torchrun_rollout_rank_equals_colocated(setup, colocated):
     """torchrun with 3 processes: ranks 0-1 train (FSDP2 over the two of them), rank 2 only
     generates and scores, each trainer rank taking its half of every batch; k = 0 ends at the
     one-process colocated run's parameters (FSDP's reduction order: rtol 1e-4, atol 1e-5, as
-    `test_distributed`), and every rank exits 0."""
+    `test_distributed`) with its policy loss and gradient norm at each step, and every rank exits 0."""
     root, model, data = setup
     cfg = _on_policy_config(root, model, data, "torchrun", "separate")
     # --standalone: the rendezvous takes a free port
@@ -199,7 +203,8 @@ def test_torchrun_rollout_rank_equals_colocated(setup, colocated):
 def test_torchrun_two_rollout_ranks_equal_colocated(setup, colocated):
     """torchrun with 3 processes and rollout.processes=2: rank 0 trains, ranks 1-2 generate (a pool:
     half of every round's responses each; rank 1 sends the batches); k = 0 ends at the one-process
-    colocated run's parameters, and every rank exits 0."""
+    colocated run's parameters with its policy loss and gradient norm at each step, and every rank
+    exits 0."""
     root, model, data = setup
     cfg = _on_policy_config(root, model, data, "torchrun2", "separate", processes=2)
     p = forkserver.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "3",
@@ -219,20 +224,40 @@ def _async_config(root, model, data, name, steps, processes=1, **extra):
                                                   "placement": "separate", "processes": processes}, **extra)
 
 
+def _gaps(out, step):
+    """Batch `step`'s behaviour log-probs (the rollout's, on its generated tokens) against the
+    trainer's own forward on those tokens, as the `trainer.logprobs` test hook saved them: the
+    largest |gap| to the proximal policy (the weights after step - 1) and to the reference (the
+    base model: the weights after step 0)."""
+    saved = torch.load(out / f"logprobs-{step:06d}.rank0.pt")
+    known = saved["known"]
+    assert known.sum() > 10  # generated tokens to compare
+    return tuple(float((saved["behaviour"] - saved[key])[known].abs().max()) for key in ("old", "ref"))
+
+
 def test_one_step_stale_uses_decoupled_ppo_and_resumes_exactly(setup):
     """k = 1: batch s comes from the weights after step s-2 (staleness 1 after the first step),
-    the rollout correction is on (token_tis against the proximal policy), and a run SIGKILLed
-    after its step-2 checkpoint and resumed ends with the parameters of an uninterrupted run."""
+    shown on the batches' log-probs, the rollout correction is on (token_tis against the proximal
+    policy), and a run SIGKILLed after its step-2 checkpoint and resumed ends with the parameters
+    of an uninterrupted run."""
     root, model, data = setup
     steps = 4
-    straight = _async_config(root, model, data, "k1", steps, checkpoint={"every": 2, "resume": "auto"})
-    killed = _async_config(root, model, data, "k1_killed", steps, checkpoint={"every": 2, "resume": "auto"})
-    out = _finish(_train(straight))
+    # a reference (the base model) and old log-probs every step (the parity check): the trainer's
+    # forward at the weights after step 0 and after step s-1, on every batch
+    witness = {"algorithm__disable_kl": False, "rollout__parity_check_every": 1}
+    straight = _async_config(root, model, data, "k1", steps, checkpoint={"every": 2, "resume": "auto"}, **witness)
+    killed = _async_config(root, model, data, "k1_killed", steps, checkpoint={"every": 2, "resume": "auto"},
+                           **witness)
+    out = _finish(_train(straight, env=ENV | {"EASYVIDEOR1_TEST_HOOK": "trainer.logprobs:1:save"}))
     assert "rollout correction: token_tis (auto: the run is asynchronous" in out
-    rows = read_metrics(root / "k1" / "metrics.jsonl")
+    gaps = [_gaps(root / "k1", s) for s in range(1, steps + 1)]
     # checkpoint every 2: batch 3 is generated with step 2's weights (a checkpoint holds nothing in flight)
-    assert [r["async/staleness_max"] for r in rows] == [0.0, 1.0, 0.0, 1.0]
-    assert rows[1]["mismatch/ratio_max"] != 1.0  # stale responses: pi_proximal / pi_rollout moved
+    on_policy, stale = (gaps[0], gaps[2]), (gaps[1], gaps[3])
+    assert all(old < 1e-4 for old, _ in on_policy), gaps  # float32 decoding against the full forward: ~1e-6
+    assert all(old > 1e-3 for old, _ in stale), gaps  # not the weights after step s-1 ...
+    assert gaps[1][1] < 1e-4, gaps  # ... batch 2: the weights after step 0 (s-2), the base model's
+    rows = read_metrics(root / "k1" / "metrics.jsonl")
+    assert [r["async/staleness_max"] for r in rows] == [0.0, 1.0, 0.0, 1.0]  # what the rollout process says
 
     proc = _train(killed)
     ckpt = root / "k1_killed" / "checkpoints" / "step-000002" / "state.json"
