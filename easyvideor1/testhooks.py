@@ -12,7 +12,15 @@ lookup and returns.
 Points: `checkpoint.write` (model written, optimizer and state not yet, before the rename),
 `results.flush` (a result row half written, not yet flushed whole), `cache.entry` (an entry's
 temporary file written, before its rename), `cache.merge` (inside the cache folder's lock,
-between reading and writing the manifest, then the failures).
+between reading and writing the manifest, then the failures). `trainer.logprobs` (armed, not
+hit: `trainer.logprobs:1:save`) saves each step's behaviour, old and reference log-probs to the
+run folder, so tests/training/test_async_training.py can show which weights generated a batch.
+
+One point plants a bug instead: named (`loader.set_order:1:on`; count and action unread),
+`loader.set_order` makes the prompt loader order the samples as a `set` of their ids iterates,
+which depends on the interpreter's string-hash secret (PYTHONHASHSEED). Ranks or a resumed run
+with secrets of their own then disagree on the data; tests/test_forkserver.py checks that the
+tests can see it.
 """
 
 from __future__ import annotations
@@ -46,3 +54,10 @@ def hit(point: str) -> None:
             os.kill(os.getpid(), signal.SIGKILL)
         elif action.startswith("sleep="):
             time.sleep(float(action.split("=", 1)[1]))
+
+
+def set_order(keys: list[str]) -> list[int]:
+    """The indices of `keys` in the order a `set` of them iterates (the planted `loader.set_order`
+    bug): a different order under another string-hash secret."""
+    first = {key: k for k, key in enumerate(set(keys))}
+    return sorted(range(len(keys)), key=lambda i: first[keys[i]])

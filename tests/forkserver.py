@@ -28,6 +28,12 @@ what a process imports ask for a server that has imported only what that allows
 (`preload="cli"`: no torch, transformers or vLLM). The server imports no easyvideor1 module:
 the code under test is always imported fresh by the child. `EV1_TEST_FORKSERVER=0` turns the
 server off (every call then goes to `subprocess`).
+
+A fork keeps its parent's string-hash secret, so every forked child (every rank, both halves of a
+resume) iterates a `set` of strings in one order, where a user's processes each draw a secret of
+their own. `hash_seed=N` gives a command what users get, reproducibly: a fresh interpreter with
+PYTHONHASHSEED=N, or for torchrun, ranks that are fresh interpreters with PYTHONHASHSEED=N+RANK
+each (hashseed_rank.py; the agent is still forked).
 """
 
 from __future__ import annotations
@@ -103,6 +109,7 @@ def run(args, *, timeout=None, check=False, capture_output=False, input=None, **
     if input is not None:
         kwargs.pop("fresh_ranks", None)
         kwargs.pop("preload", None)
+        args, kwargs = _hash_seeded(args, kwargs.pop("hash_seed", None), kwargs)
         FALLBACKS["input"] += 1
         return subprocess.run(args, timeout=timeout, check=check, capture_output=capture_output, input=input,
                               **kwargs)
@@ -121,11 +128,18 @@ def run(args, *, timeout=None, check=False, capture_output=False, input=None, **
     return done
 
 
-def Popen(args, *, fresh_ranks=False, preload="full", **kwargs):
+def Popen(args, *, fresh_ranks=False, preload="full", hash_seed=None, **kwargs):
     """`subprocess.Popen`, through a fork server where it can be (see the module docstring).
     The ranks of a torchrun command start through it too (forkserver_rank.py) unless
-    `fresh_ranks` (for tests that measure a rank's memory). `preload` names what the server has
-    imported (`PRELOADS`)."""
+    `fresh_ranks` (for tests that measure a rank's memory) or `hash_seed` (a fresh interpreter
+    with its own string-hash secret: see the module docstring). `preload` names what the server
+    has imported (`PRELOADS`)."""
+    if hash_seed is not None:
+        args, kwargs = _hash_seeded(args, hash_seed, kwargs)
+        if not _is_torchrun(args):  # its own secret: only a fresh interpreter has one
+            FALLBACKS["hash_seed"] += 1
+            return subprocess.Popen(args, **kwargs)
+        fresh_ranks = True
     why = _why_fresh(args, kwargs)
     server = None if why else _get_server(os.environ if kwargs.get("env") is None else kwargs["env"], preload)
     if server is None:
@@ -134,17 +148,36 @@ def Popen(args, *, fresh_ranks=False, preload="full", **kwargs):
     LAUNCHED[_kind(args)] += 1
     args = list(map(str, args))
     try:
-        if args[1:3] == ["-m", "torch.distributed.run"] and not fresh_ranks and preload == "full":
-            args = _ranks_through_server(args, server)
+        if _is_torchrun(args) and not fresh_ranks and preload == "full":
+            args = _ranks_started_by(args, ["forkserver_rank.py", server.path])
         return _Forked(server, args, **kwargs)
     except BaseException:
         _release(server)  # the reservation _get_server made
         raise
 
 
-def _ranks_through_server(args: list[str], server) -> list[str]:
+def _is_torchrun(args) -> bool:
+    return not isinstance(args, (str, bytes)) and list(map(str, args[1:3])) == ["-m", "torch.distributed.run"]
+
+
+def _hash_seeded(args, hash_seed, kwargs) -> tuple:
+    """(args, kwargs) for a command started with string-hash secret `hash_seed` (None: as they are):
+    torchrun's ranks through hashseed_rank.py (PYTHONHASHSEED=hash_seed+RANK), any other command
+    with PYTHONHASHSEED=hash_seed in its environment."""
+    if hash_seed is None:
+        return args, kwargs
+    if _is_torchrun(args):
+        ranks = _ranks_started_by(list(map(str, args)), ["hashseed_rank.py", str(int(hash_seed))])
+        assert ranks != list(map(str, args)), f"hash_seed: torchrun's ranks cannot be wrapped in {args}"
+        return ranks, kwargs
+    env = os.environ if kwargs.get("env") is None else kwargs["env"]
+    return args, {**kwargs, "env": {**env, "PYTHONHASHSEED": str(int(hash_seed))}}
+
+
+def _ranks_started_by(args: list[str], stand_in: list[str]) -> list[str]:
     """`python -m torch.distributed.run OPTIONS [-m] TARGET ARGS` with each rank started as
-    `forkserver_rank.py SOCKET -u [-m] TARGET ARGS`, where torchrun would run `python -u ...`."""
+    `python -I -S STAND_IN... -u [-m] TARGET ARGS` (the first of `stand_in` a script in this
+    folder), where torchrun would run `python -u ...`."""
     from torch.distributed.run import get_args_parser
 
     parsed = get_args_parser().parse_args(args[3:])
@@ -153,8 +186,8 @@ def _ranks_through_server(args: list[str], server) -> list[str]:
     at = len(args) - len(parsed.training_script_args) - 1
     assert args[at] == parsed.training_script, args
     options = [a for a in args[3:at] if a not in ("-m", "--module")]
-    rank = [sys.executable, "-I", "-S", os.path.join(os.path.dirname(os.path.abspath(__file__)), "forkserver_rank.py"),
-            server.path, "-u", *(["-m"] if parsed.module else [])]
+    rank = [sys.executable, "-I", "-S", os.path.join(os.path.dirname(os.path.abspath(__file__)), stand_in[0]),
+            *stand_in[1:], "-u", *(["-m"] if parsed.module else [])]
     return [*args[:3], *options, "--no-python", *rank, *args[at:]]
 
 

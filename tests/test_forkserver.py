@@ -2,6 +2,7 @@
 (argv, folder, environment, streams, exit status, signals, exit-time work), and what it cannot
 give goes to `subprocess`."""
 
+import json
 import os
 import signal
 import subprocess
@@ -183,3 +184,54 @@ def test_a_failed_rank_ends_the_run_and_its_sleeping_peer(tmp_path):
     for rank in (0, 1):
         pid = int((tmp_path / f"pid{rank}").read_text())
         assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split(")")[1].split()[0] == "Z"
+
+
+ORDER_SCRIPT = """
+import json, os, sys
+fresh = "transformers" not in sys.modules  # a forked rank has the server's imports
+from easyvideor1.records import Sample
+from easyvideor1.training.loader import PromptLoader
+samples = [Sample("q", "a", "free_form", problem_id=f"clip-{k}") for k in range(8)]
+os.environ.pop("EASYVIDEOR1_TEST_HOOK", None)
+plain = [s.problem_id for s in PromptLoader(samples, 4, shuffle=False).next_batch()]
+os.environ["EASYVIDEOR1_TEST_HOOK"] = "loader.set_order:1:on"  # the planted bug (easyvideor1.testhooks)
+planted = [s.problem_id for s in PromptLoader(samples, 4, shuffle=False).next_batch()]
+rank = os.environ["RANK"]
+open(os.path.join(sys.argv[1], f"rank{rank}.json"), "w").write(json.dumps({
+    "seed": os.environ.get("PYTHONHASHSEED"), "hash": hash("ev1"), "fresh": fresh,
+    "unbuffered": sys.stdout.write_through, "plain": plain, "planted": planted}))
+"""
+HASH_SEED = 5  # ranks 5 and 6: the planted set order differs between them (checked below)
+
+
+def test_hash_seed_ranks_have_secrets_of_their_own_and_show_a_set_order_bug(tmp_path):
+    """A fork keeps its parent's string-hash secret: forked ranks iterate a set of strings alike,
+    where a user's ranks each have their own secret. With `hash_seed` each rank is a fresh
+    interpreter with PYTHONHASHSEED=seed+RANK, and the planted bug (the loader ordering its
+    samples as a set of their ids iterates) makes the ranks disagree on the batch, as they
+    would for a user; forked ranks agree and hide it."""
+    script = tmp_path / "order.py"
+    script.write_text(ORDER_SCRIPT)
+
+    def ranks(name, **how):
+        out = tmp_path / name
+        out.mkdir()
+        p = forkserver.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                            str(script), str(out)], capture_output=True, text=True, timeout=600,
+                           env={**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}, **how)
+        assert p.returncode == 0, p.stdout + p.stderr[-3000:]
+        return [json.loads((out / f"rank{rank}.json").read_text()) for rank in (0, 1)]
+
+    fresh = ranks("fresh", hash_seed=HASH_SEED)
+    assert [r["seed"] for r in fresh] == [str(HASH_SEED), str(HASH_SEED + 1)]
+    assert all(r["fresh"] and r["unbuffered"] for r in fresh)
+    assert fresh[0]["hash"] != fresh[1]["hash"]
+    assert fresh[0]["plain"] == fresh[1]["plain"]  # the loader's own order is the same on every rank
+    assert fresh[0]["planted"] != fresh[1]["planted"]  # the planted bug shows
+    forked = ranks("forked")
+    assert not any(r["fresh"] for r in forked)
+    assert forked[0]["hash"] == forked[1]["hash"] and forked[0]["planted"] == forked[1]["planted"]  # hidden
+    # a one-process command: a fresh interpreter with that secret (rank 1's above)
+    p = forkserver.run(_py("import os; print(os.environ['PYTHONHASHSEED'], hash('ev1'))"), hash_seed=HASH_SEED + 1,
+                       capture_output=True, text=True, timeout=600)
+    assert p.stdout == f"{HASH_SEED + 1} {fresh[1]['hash']}\n", p.stderr

@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from easyvideor1 import testhooks
 from easyvideor1.records import Sample
 
 
@@ -24,6 +25,8 @@ class PromptLoader:
         self._order = self._permutation(0)
 
     def _permutation(self, epoch: int) -> list[int]:
+        if testhooks.armed("loader.set_order"):  # a planted bug, for tests only (testhooks)
+            return testhooks.set_order([s.problem_id for s in self.samples])
         if not self.shuffle:
             return list(range(len(self.samples)))
         g = torch.Generator().manual_seed(self.seed * 100_003 + epoch)

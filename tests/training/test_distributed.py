@@ -2,7 +2,8 @@
 trains without hanging, and the parameters after 2 steps equal those of the same run in 1
 process, as do each step's policy loss and gradient norm (AdamW with clipping would end at the
 same weights with a gradient off by the world size; those two metrics would not). Real
-subprocesses, a real tiny model, real videos."""
+subprocesses, a real tiny model, real videos. The first test's ranks have string-hash secrets
+of their own (tests/forkserver.py's `hash_seed`), so ranks that iterate a set differently fail it."""
 
 import json
 import os
@@ -122,10 +123,12 @@ def test_fsdp_two_processes_equal_one_process(setup):
     p1 = forkserver.run([sys.executable, "-m", "easyvideor1.cli", "train", str(cfg1)], capture_output=True,
                         text=True, env=_env(), timeout=TIMEOUT_S)
     assert p1.returncode == 0, p1.stderr[-4000:]
-    # --standalone: the rendezvous takes a free port (a fixed one may be held by another run here)
+    # --standalone: the rendezvous takes a free port (a fixed one may be held by another run here).
+    # hash_seed: each rank a fresh interpreter with a string-hash secret of its own (PYTHONHASHSEED
+    # 1 and 2), as a user's ranks have; forked ranks share one and iterate any set of names alike
     p2 = forkserver.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
                          "-m", "easyvideor1.cli", "train", str(cfg2)], capture_output=True, text=True,
-                        env=_env(), timeout=TIMEOUT_S)
+                        env=_env(), timeout=TIMEOUT_S, hash_seed=1)
     assert p2.returncode == 0, p2.stderr[-6000:]
     assert "packed in one row, attention per sequence): on" in p2.stderr  # the default: padding-free rows
     w1, w2 = _weights(one), _weights(two)

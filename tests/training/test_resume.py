@@ -61,7 +61,9 @@ def test_sigkill_and_resume_equals_uninterrupted(tmp_path):
 def test_resume_keeps_the_adaptive_kl_coefficient(tmp_path):
     """A run stopped after its step-2 checkpoint and resumed continues with the adaptive KL
     coefficient it had reached (not `kl_coef` again): step 3's coefficient and the final
-    parameters equal those of an uninterrupted 3-step run."""
+    parameters equal those of an uninterrupted 3-step run. The two halves are fresh interpreters
+    with string-hash secrets of their own (PYTHONHASHSEED 2 and 3; tests/forkserver.py's
+    `hash_seed`), as a user's restarted run has: a forked child keeps its server's."""
     model = build_tiny_model("qwen2_5_vl", tmp_path / "model", seed=1)
     data = write_suite(tmp_path / "synth", num_train=8, num_val=0, seed=4)["train"]
     algo = {"adv_estimator": "grpo", "policy_loss": "ppo_clip", "loss_agg_mode": "token_mean", "use_kl_loss": True,
@@ -70,9 +72,10 @@ def test_resume_keeps_the_adaptive_kl_coefficient(tmp_path):
     cfgs = {k: write_config(tmp_path, model, data, tmp_path / k, steps=3, algorithm=algo, checkpoint__every=1,
                             checkpoint__resume="auto") for k in ("straight", "resumed")}
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    for cfg, extra in ((cfgs["straight"], []), (cfgs["resumed"], ["training.steps=2"]), (cfgs["resumed"], [])):
+    for cfg, extra, seed in ((cfgs["straight"], [], None), (cfgs["resumed"], ["training.steps=2"], 2),
+                             (cfgs["resumed"], [], 3)):
         proc = forkserver.run([sys.executable, "-m", "easyvideor1.cli", "train", str(cfg), *extra], env=env,
-                              capture_output=True, text=True, timeout=600)
+                              capture_output=True, text=True, timeout=600, hash_seed=seed)
         assert proc.returncode == 0, proc.stderr[-4000:]
     assert "resumed from" in proc.stderr and "step-000002" in proc.stderr
 
