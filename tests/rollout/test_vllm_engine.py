@@ -25,6 +25,8 @@ from rollout_helpers import (
     make_video,
 )
 
+from cpu_isa import vllm_gdn_refused
+
 from easyvideor1.records import Rollout
 from easyvideor1.rollout.base import RolloutEngine, SamplingParams, check_no_banned
 from easyvideor1.rollout.hf_engine import HFEngine
@@ -43,6 +45,8 @@ def setup(request, vllm_env, tmp_path_factory):
     from easyvideor1.rollout.vllm_engine import VLLMEngine
 
     family = request.param
+    if family == "qwen3_5" and (reason := vllm_gdn_refused()):
+        pytest.skip(reason)
     path = build_vllm_tiny(family, tmp_path_factory.mktemp(family) / "model")
     tiny = load_tiny(family, path)
     dtype = "float32" if family in FP32 else "bfloat16"

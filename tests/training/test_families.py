@@ -20,6 +20,7 @@ from easyvideor1.data.synth import write_suite
 from easyvideor1.models.tiny import build_tiny_model
 from easyvideor1.training.setup import build_run
 from easyvideor1.training.trainer import train
+from cpu_isa import vllm_gdn_refused
 from test_distributed import TEXT, synth_rows, write_config
 import forkserver  # noqa: E402  (the subprocesses start with torch & co. imported)
 
@@ -86,6 +87,8 @@ VLLM_DTYPE = {"qwen2_vl": "float32", "qwen3_vl": "float32", "qwen3_5": "bfloat16
 @pytest.mark.parametrize("family", list(VLLM_DTYPE))
 def test_trainer_vllm_engine(family, mixed, tmp_path, ipc_dir):
     pytest.importorskip("vllm")
+    if family == "qwen3_5" and (reason := vllm_gdn_refused()):
+        pytest.skip(reason)
     model = build_tiny_model(family, tmp_path / "model", seed=0)
     out = tmp_path / "out"
     cfg = write_config(tmp_path, model, mixed, out, vision__family=family, rollout__engine="vllm",
