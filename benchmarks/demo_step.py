@@ -1,7 +1,9 @@
 """The demo's training step under config variants, side by side in one run.
 
 Steps of the variants are interleaved (A, B, A, B, ...) from the same data, so a machine busy
-with other work slows them alike: compare the ratios. Prints the mean per-stage wall times
+with other work slows them alike: compare the ratios. `before` is the demo as it ran until
+2026-12-05 (the patch embedding a Conv3d, a thread per core), `demo` as it runs now (a matmul,
+one thread; threads set per step with `torch.set_num_threads`). Prints the mean per-stage wall times
 (prepare = frames + processor, rollout = decoding, update = forward + backward + optimizer) and
 the process's CPU seconds per step (cpu/step, all threads).
 
@@ -22,18 +24,20 @@ import tempfile
 import time
 from pathlib import Path
 
+import torch
+
 from easyvideor1.config import load_config
 from easyvideor1.data.loading import load_samples
 from easyvideor1.data.synth import write_suite
+from easyvideor1.models.patch_embed import use_conv_patch_embed
 from easyvideor1.models.tiny import build_tiny_model
 from easyvideor1.training.demo import demo_config_path, demo_overrides
 from easyvideor1.training.setup import build_run
+from easyvideor1.threads import usable_cores
 from easyvideor1.training.trainer import train_step
 from easyvideor1.vision.cache_build import build_cache
 
 STAGES = ("cpu/step", "time/step", "time/prepare", "time/rollout", "time/old_logprob", "time/update")
-# What the demo ran with before issue 14: the shipped templates, two micro-batches of 16.
-BEFORE = ["data.template_dir=null", "training.micro_batch_size=16"]
 
 
 def main() -> None:
@@ -53,7 +57,11 @@ def main() -> None:
     base = demo_overrides(model, paths, work / "cache", work / "run", seed=0)
     cfg = load_config(demo_config_path(), base)
     build_cache(load_samples(paths["train"]), cfg.vision, work / "cache", workers=2, progress=False)
-    variants = {"before": BEFORE, "demo": []}
+    # "before": the demo's settings as they ran before 2026-12-05: the vision tower's patch
+    # embedding as the transformers Conv3d (models/patch_embed.py) and a thread per core
+    # (cli.MOST_THREADS); the other variants run as the demo does, one thread
+    variants = {"before": [], "demo": []}
+    threads = {"before": usable_cores()}
     for spec in args.variant:
         name, _, overrides = spec.partition("=")
         variants[name] = [o for o in overrides.split(",") if o]
@@ -62,10 +70,12 @@ def main() -> None:
         runs[name] = build_run(load_config(demo_config_path(), [*base, *extra, "logging.progress=false",
                                                                "checkpoint.every=0", "checkpoint.resume=never",
                                                                f"logging.out_dir={work / 'run' / name}"]))
+    use_conv_patch_embed(runs["before"].model)
     times = {name: [] for name in runs}
     for step in range(1, args.steps + 3):
         for name, run in runs.items():
             run.step = step
+            torch.set_num_threads(threads.get(name, 1))
             cpu = time.process_time()
             metrics = train_step(run, step)
             metrics["cpu/step"] = time.process_time() - cpu  # this process's CPU seconds: less

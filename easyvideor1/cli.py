@@ -44,6 +44,12 @@ WORKERS = {
     "trajectories": lambda a: a.load_workers + a.score_workers,
 }
 
+# Intra-op threads at most. The demo's tiny model (hidden 64) runs ops of microseconds: waking a
+# second OpenMP thread for each cost more than it saved, 0.50 s a step with 2 threads against
+# 0.27 s with 1 on 2 cores, alone or beside a busy core (`benchmarks/demo_step.py`). One thread
+# on every machine also gives one float-summation order, so one seed gives one table.
+MOST_THREADS = {"demo": 1}
+
 
 class Parser(argparse.ArgumentParser):
     """argparse, with its errors on one line (the usage is one `--help` away)."""
@@ -72,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if "torch" not in sys.modules:  # else a caller (a test, a script) already owns this process's threads
         workers = WORKERS.get(args.command)
-        threads.apply(workers(args) if workers else 0)
+        threads.apply(workers(args) if workers else 0, most=MOST_THREADS.get(args.command))
     try:
         code = int(args.func(args) or 0)
     except UserError as e:  # bad input or settings: the message says what to do, no traceback

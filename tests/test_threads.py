@@ -72,3 +72,12 @@ def test_help_says_so():
     from easyvideor1.cli import build_parser
 
     assert "OMP_WAIT_POLICY=PASSIVE" in build_parser().format_help()
+
+
+def test_the_demo_runs_one_thread(tmp_path):
+    # a wrong override: a user error (exit 2) after the policy was set, before any model is built
+    got = _run(["demo", "--out", str(tmp_path / "d"), "training.no_such_field=1"], tmp_path)
+    assert got["rc"] == 2
+    assert got["omp"] == "1" and got["torch"] == 1
+    got = _run(["demo", "--out", str(tmp_path / "d"), "training.no_such_field=1"], tmp_path, OMP_NUM_THREADS="2")
+    assert got["omp"] == "2" and got["torch"] == 2  # the user's setting is kept

@@ -4,7 +4,8 @@ Everything goes through `AutoModelForImageTextToText` / `AutoProcessor`, so the 
 load the same way; what differs per family is read from `families.family_of(config)`. No
 global patching of transformers: family quirks are handled where the inputs are built. With
 `sdpa`, the vision tower's attention is `vision_attention.window_attention` (registered in
-transformers' attention interface).
+transformers' attention interface); the patch embedding is a matmul (`patch_embed.PatchLinear`,
+set on the loaded model's own modules).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 import torch
 
 from easyvideor1.models.meta_init import empty_model
+from easyvideor1.models.patch_embed import use_linear_patch_embed
 from easyvideor1.models.vision_attention import use_window_attention
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -46,6 +48,7 @@ def _load(path: str | Path, dtype, attn_implementation: str, device: str | torch
         )
     if attn_implementation == "sdpa":  # the vision tower: one call per window size, not per window
         use_window_attention(model)
+    use_linear_patch_embed(model)  # the patch Conv3d as one matmul on its own weight (models/patch_embed.py)
     return model if torch.device(device).type == "meta" else model.to(device)
 
 
