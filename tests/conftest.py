@@ -132,7 +132,22 @@ def pytest_testnodedown(node, error):
     _add_counts(getattr(node, "workeroutput", {}).get("forkserver", [{}, {}, {}]))
 
 
+def _cpu_line() -> str:
+    """The CPU the suite ran on, as its figures need it: AVX-512 and bf16 support decide its speed,
+    and the two variables that cap them (README, Tests)."""
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return "CPU: unknown"
+    name = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), "?")
+    flags = set(next((line.split(":", 1)[1].split() for line in info.splitlines() if line.startswith("flags")), []))
+    caps = " ".join(f"{k}={os.environ[k]}" for k in ("ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY") if os.environ.get(k))
+    return (f"CPU: {name}, {os.cpu_count()} cores, AVX-512 {'yes' if 'avx512f' in flags else 'no'}, "
+            f"AVX512-BF16 {'yes' if 'avx512_bf16' in flags else 'no'}" + (f"; capped by {caps}" if caps else ""))
+
+
 def pytest_terminal_summary(terminalreporter):
+    terminalreporter.write_line(_cpu_line())
     preloaded, fresh, servers = _FORKSERVER_COUNTS
     if preloaded or fresh:
         why = ", ".join(f"{n} {reason}" for reason, n in fresh.most_common())
