@@ -8,6 +8,8 @@
   algorithm presets and the names each registry accepts.
 - docs/reference/cli.md: every subcommand of `easyvideor1` (the argparse parser of `cli.py`).
 - docs/reference/benchmarks.md: the benchmark registry and the evaluation presets.
+- Figures inside hand-written pages (`FRAGMENTS`, between `<!-- gen:NAME -->` markers): the
+  demo's time, from docs/measured/demo.json, in README.md and docs/demo.md.
 
 tests/test_docs.py regenerates them in memory and fails when a file differs, so a new config
 field or flag only needs this command.
@@ -251,19 +253,47 @@ def benchmarks_reference() -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
+def demo_time(root: Path = ROOT) -> str:
+    """The demo's measured time, from its one source (docs/measured/demo.json)."""
+    import json
+
+    m = json.loads((root / MEASURED_DEMO).read_text(encoding="utf-8"))
+    return (f"**{m['minutes']:.1f} min** for the whole `make demo` ({m['steps']:,} steps at {m['seconds_per_step']:.2f} "
+            f"s/step, set-up done) on {m['machine']}, {m['condition']}, seed {m['seed']}, commit {m['commit']} "
+            f"({m['date']})")
+
+
+MEASURED_DEMO = "docs/measured/demo.json"
 PAGES = {
     "docs/reference/config.md": config_reference,
     "docs/reference/cli.md": cli_reference,
     "docs/reference/benchmarks.md": benchmarks_reference,
 }
+# Figures written into hand-written pages between `<!-- gen:NAME -->` and `<!-- /gen:NAME -->`,
+# each from one source, so every page that gives it gives the same one.
+FRAGMENTS = {"demo-time": demo_time}
+FRAGMENT_PAGES = ("README.md", "docs/demo.md")
+
+
+def with_fragments(text: str, root: Path = ROOT) -> str:
+    """`text` with each fragment's markers enclosing its current value."""
+    for name, make in FRAGMENTS.items():
+        text = re.sub(rf"(<!-- gen:{name} -->).*?(<!-- /gen:{name} -->)", lambda m: m[1] + make(root) + m[2], text,
+                      flags=re.S)
+    return text
 
 
 def stale_pages(root: Path = ROOT) -> list[str]:
-    """The generated pages whose file differs from what the code generates now."""
+    """The generated pages (and pages with generated fragments) whose file differs from what the
+    code and the measurements generate now."""
     stale = []
     for rel, make in PAGES.items():
         path = root / rel
         if not path.is_file() or path.read_text(encoding="utf-8") != make():
+            stale.append(rel)
+    for rel in FRAGMENT_PAGES:
+        text = (root / rel).read_text(encoding="utf-8")
+        if with_fragments(text, root) != text:
             stale.append(rel)
     return stale
 
@@ -282,6 +312,10 @@ def main(argv: list[str] | None = None) -> int:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(make(), encoding="utf-8")
         print(f"wrote {rel}")
+    for rel in FRAGMENT_PAGES:
+        path = ROOT / rel
+        path.write_text(with_fragments(path.read_text(encoding="utf-8")), encoding="utf-8")
+        print(f"wrote the generated figures of {rel}")
     return 0
 
 

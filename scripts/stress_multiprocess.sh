@@ -14,6 +14,15 @@
 #                (by default the tests fork them from tests/forkserver.py's preloaded servers;
 #                the exit path, interpreter shutdown, is the same either way)
 #
+# CI (`make test`) does not run these tests without the fork server: on an AVX2-only 2-core CPU
+# the suite takes ~12 of its 15 minutes, and these tests in fresh interpreters would add several
+# more (a test-sized training command costs ~11 CPU-s fresh against ~4 forked). What a
+# fork cannot give is covered inside the budget instead: the ranks of test_distributed's first
+# test and the halves of test_resume's adaptive-KL test are fresh interpreters with their own
+# PYTHONHASHSEED (tests/forkserver.py `hash_seed`). Before a release, or after a change to how
+# processes start, run them fresh once:
+#   EV1_TEST_FORKSERVER=0 LOAD_PROCS=0 scripts/stress_multiprocess.sh -n 1 -- -n 4 --dist loadfile
+#
 # The busy loops are test_under_load.sh's: they are killed however this script ends (normal
 # end, error, Ctrl-C, SIGTERM), and so is a pytest run in flight.
 set -uo pipefail

@@ -5,6 +5,7 @@ config tree, the Makefile), so a removed flag or config key fails the suite, not
 """
 
 import importlib.util
+import json
 import os
 import re
 import shutil
@@ -122,3 +123,19 @@ def test_mkdocs_build_strict_fails_on_a_planted_broken_link(tmp_path):
     assert any("#no-such-section" in w and "index.md" in w for w in warnings), problems
     assert len(warnings) == 2, problems
     assert problems[-1].startswith("exit status 1"), problems
+
+
+def test_a_figure_edited_by_hand_is_stale(tmp_path):
+    """The demo's time stands in README.md and docs/demo.md as generated from docs/measured/demo.json:
+    a page whose figure differs from the source (edited by hand, or the source changed) is stale."""
+    gen = _gen_docs()
+    for rel in (*gen.FRAGMENT_PAGES, gen.MEASURED_DEMO, *gen.PAGES):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text((ROOT / rel).read_text())
+    assert gen.stale_pages(tmp_path) == []
+    readme = tmp_path / "README.md"
+    readme.write_text(readme.read_text().replace("<!-- gen:demo-time -->**", "<!-- gen:demo-time -->**1", 1))
+    assert gen.stale_pages(tmp_path) == ["README.md"]
+    source = json.loads((tmp_path / gen.MEASURED_DEMO).read_text())
+    (tmp_path / gen.MEASURED_DEMO).write_text(json.dumps({**source, "minutes": source["minutes"] + 1}))
+    assert gen.stale_pages(tmp_path) == list(gen.FRAGMENT_PAGES)
