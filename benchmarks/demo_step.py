@@ -31,9 +31,9 @@ from easyvideor1.data.loading import load_samples
 from easyvideor1.data.synth import write_suite
 from easyvideor1.models.patch_embed import use_conv_patch_embed
 from easyvideor1.models.tiny import build_tiny_model
+from easyvideor1.threads import usable_cores
 from easyvideor1.training.demo import demo_config_path, demo_overrides
 from easyvideor1.training.setup import build_run
-from easyvideor1.threads import usable_cores
 from easyvideor1.training.trainer import train_step
 from easyvideor1.vision.cache_build import build_cache
 

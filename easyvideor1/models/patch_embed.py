@@ -3,8 +3,8 @@
 Every supported family embeds patches with a `Conv3d` whose kernel equals its stride, over input
 the processor has already cut into patches (`[P, C, T, p, p]`): one output per patch, a linear
 map. CPU convolution kernels run it far slower than the same matmul: forward + backward of 2,048
-patches took 231 ms against 9 ms on a CPU without AVX-512 (70 ms against 8 ms with it), which
-was a quarter of the demo's update there (`benchmarks/patch_embed.py`). vLLM runs these layers
+patches took 231 ms against 9 ms on a CPU without AVX-512 (70 ms against 8 ms with it; the
+demo's step: `benchmarks/demo_step.py`, variant "before"). vLLM runs these layers
 as a matmul too. `PatchLinear` keeps the convolution's own parameters (same names, shapes and
 objects), so checkpoints, exports, weight syncs, LoRA selection and FSDP see nothing new; only
 the order of the float sums changes (outputs within ~4e-6 of the convolution's in float32).
@@ -37,23 +37,28 @@ def _is_patch_conv(m: torch.nn.Module) -> bool:
             and m.dilation == (1, 1, 1) and m.groups == 1)
 
 
+def _swap(model: torch.nn.Module, match, make) -> int:
+    """Replace each submodule for which `match` holds by `make(it)`; returns how many."""
+    found = [(name, m) for name, m in model.named_modules() if match(m)]
+    for name, m in found:
+        parent, _, attr = name.rpartition(".")
+        setattr(model.get_submodule(parent), attr, make(m))
+    return len(found)
+
+
 def use_linear_patch_embed(model: torch.nn.Module) -> int:
     """Replace each patch `Conv3d` of `model` by a `PatchLinear` on the same parameters; returns
     how many were replaced."""
-    found = [(name, m) for name, m in model.named_modules() if _is_patch_conv(m)]
-    for name, conv in found:
-        parent, _, attr = name.rpartition(".")
-        setattr(model.get_submodule(parent), attr, PatchLinear(conv))
-    return len(found)
+    return _swap(model, _is_patch_conv, PatchLinear)
+
+
+def _as_conv(lin: PatchLinear) -> torch.nn.Conv3d:
+    e, c, *kernel = lin.weight.shape
+    conv = torch.nn.Conv3d(c, e, tuple(kernel), lin.stride, bias=lin.bias is not None, device="meta")
+    conv.weight, conv.bias = lin.weight, lin.bias
+    return conv
 
 
 def use_conv_patch_embed(model: torch.nn.Module) -> int:
     """The inverse (benchmarks and tests): each `PatchLinear` back to a `Conv3d` on the same parameters."""
-    found = [(name, m) for name, m in model.named_modules() if isinstance(m, PatchLinear)]
-    for name, lin in found:
-        e, c, *kernel = lin.weight.shape
-        conv = torch.nn.Conv3d(c, e, tuple(kernel), lin.stride, bias=lin.bias is not None, device="meta")
-        conv.weight, conv.bias = lin.weight, lin.bias
-        parent, _, attr = name.rpartition(".")
-        setattr(model.get_submodule(parent), attr, conv)
-    return len(found)
+    return _swap(model, lambda m: isinstance(m, PatchLinear), _as_conv)
