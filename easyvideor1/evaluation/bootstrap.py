@@ -4,7 +4,9 @@ Many questions of a benchmark share one video, and a model that misreads the vid
 miss all of them: the answers are correlated, and an interval that treats them as independent
 is too narrow. So every resample here draws whole clusters (a sample's video; a sample without
 one is its own cluster) with replacement, `RESAMPLES` times with the fixed seed `SEED`, and the
-95% interval is the 2.5th to 97.5th percentile of the resampled scores (percentile bootstrap).
+95% interval is the 2.5th to 97.5th percentile of the resampled scores (percentile bootstrap),
+clipped to the score's range [0, 1] (a difference's: [-1, 1]): the small-sample widening can
+push a bound past it, and an accuracy near 0 must not get an interval below 0.
 
 A score is written as an `Estimand`: the weighted mean, over strata, of the mean unit value in
 each stratum. That covers a plain accuracy (one stratum, the rows), a mean of task accuracies
@@ -32,6 +34,7 @@ LEVEL = 0.95  # coverage of every interval
 RESAMPLES = 2000  # bootstrap resamples per interval or test
 SEED = 0  # every interval and test draws from a generator seeded with this: reports are reproducible
 MIN_CLUSTERS = 10  # fewer clusters than this: "n too small", no interval
+SCORE_RANGE = (0.0, 1.0)  # every unit value (ResultRow.score) lies in it, so every score and bound does
 _BLOCK = 4_000_000  # resamples x clusters per block of the count matrix (bounds memory)
 METHOD = (f"cluster bootstrap by video (percentile, {RESAMPLES} resamples, seed {SEED}, "
           "spread by sqrt(C/(C-1)) t/z for C clusters)")
@@ -141,7 +144,7 @@ def interval(est: Estimand, resamples: int = RESAMPLES, seed: int = SEED) -> Sco
     sums, counts, w = _design(est, np.array([index[c] for c in est.clusters], dtype=np.int64), n_clusters)
     point = float(_statistic(sums.sum(0, keepdims=True), counts.sum(0, keepdims=True), w)[0])
     reps = _widen(_replicates([(sums, counts, w)], n_clusters, resamples, seed)[0], point, n_clusters)
-    low, high = np.quantile(reps, [(1 - LEVEL) / 2, (1 + LEVEL) / 2])
+    low, high = np.clip(np.quantile(reps, [(1 - LEVEL) / 2, (1 + LEVEL) / 2]), *SCORE_RANGE)
     return ScoreInterval(float(low), float(high), n_clusters, len(set(est.ids)))
 
 
@@ -162,7 +165,8 @@ def paired(a: Estimand, b: Estimand, resamples: int = RESAMPLES, seed: int = SEE
     designs = [_design(e, np.array([index[shared[i]] for i in e.ids], dtype=np.int64), n_clusters) for e in (a, b)]
     rep_a, rep_b = _replicates(designs, n_clusters, resamples, seed)
     diffs = _widen(rep_a - rep_b, delta, n_clusters)  # [B]
-    low, high = np.quantile(diffs, [(1 - LEVEL) / 2, (1 + LEVEL) / 2])
+    span = SCORE_RANGE[1] - SCORE_RANGE[0]
+    low, high = np.clip(np.quantile(diffs, [(1 - LEVEL) / 2, (1 + LEVEL) / 2]), -span, span)
     ties = int((diffs == 0).sum())  # half on each side (mid-p): scores are often 0/1, so resampled ties are common
     tail = min(int((diffs < 0).sum()), int((diffs > 0).sum())) + ties / 2
     p = min(1.0, 2 * (tail + 1) / (resamples + 1))

@@ -41,6 +41,7 @@ SAMPLES_PER_KIND = 2  # right and wrong responses shown per benchmark
 THUMBS = 6  # frames shown per sample, evenly spaced over those the model saw
 THUMB_HEIGHT = 96
 RIGHT = 0.5  # a row scoring at least this is shown as right
+NO_ANSWER = "(no answer parsed)"  # shown for a response the benchmark read no answer from
 
 _STYLE = """
 body{font-family:system-ui,sans-serif;margin:24px;color:#222;max-width:1200px}
@@ -80,12 +81,20 @@ def _e(text: Any) -> str:
 
 
 def svg_bars(pairs: list[tuple[str, float]], width: int = 640, intervals: list[ScoreInterval | None] | None = None) -> str:
-    """Horizontal bar chart (scores in [0, 1]) as inline SVG; `intervals` (one per bar, None or
-    without bounds: none drawn) become error bars."""
-    row, label_w = 22, 220
-    h = row * len(pairs) + 8
+    """Horizontal bar chart (scores in [0, 1]) as inline SVG, on a 0-100 axis with a tick and a
+    faint grid line every 20 points; `intervals` (one per bar, None or without bounds: none
+    drawn) become error bars."""
+    row, label_w, axis_h = 22, 220, 22
+    bars_h = row * len(pairs) + 8
     scale = width - label_w - 60
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{h}" role="img">']
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{bars_h + axis_h}" role="img">']
+    for tick in range(0, 101, 20):
+        x = label_w + tick / 100 * scale
+        parts.append(f'<path class="grid" d="M{x:.1f} 0V{bars_h}" stroke="#e4e4e4"/>'
+                     f'<path class="tick" d="M{x:.1f} {bars_h}v4" stroke="#444"/>'
+                     f'<text class="tick" x="{x:.1f}" y="{bars_h + 16}" text-anchor="middle" font-size="11" '
+                     f'fill="#444">{tick}</text>')
+    parts.append(f'<path class="axis" d="M{label_w} {bars_h}H{label_w + scale}" stroke="#444"/>')
     for i, (label, value) in enumerate(pairs):
         y = 4 + i * row
         w = max(0.0, min(1.0, value)) * scale
@@ -228,8 +237,16 @@ def _sample_html(benchmark: str, row: ResultRow, frames: _Frames) -> str:
     status = f"score {100 * row.score:.1f}" + (f" &middot; failed: {_e(row.reason)}" if row.status == "failed" else "")
     return (f'<div class="sample {kind}"><b>{_e(row.id)}</b> &middot; {kind} &middot; {status}'
             f'<div class="thumbs">{imgs}</div><p>{question}</p>'
-            f"<p>answer: <code>{_e(row.answer)}</code> &middot; prediction: <code>{_e(row.prediction)}</code></p>"
+            f"<p>answer: <code>{_e(row.answer)}</code> &middot; prediction: {_prediction_html(row)}</p>"
             f"{_turns_html(benchmark, row, sample, frames) if row.turns else f'<pre>{_e(row.response)}</pre>'}</div>")
+
+
+def _prediction_html(row: ResultRow) -> str:
+    """The answer read from the response, or a visible marker where none was (an empty code
+    span reads as a rendering fault)."""
+    if str(row.prediction or "").strip():
+        return f"<code>{_e(row.prediction)}</code>"
+    return f'<em class="no-answer">{"(none: the sample failed)" if row.status == "failed" else NO_ANSWER}</em>'
 
 
 def _calls_in(text: str) -> int:

@@ -1,6 +1,7 @@
 """report.html in headless Chromium: it renders, every frame thumbnail loads, the console stays
 silent; it holds every benchmark's table and chart and right and wrong responses beside the
-frames the model saw (sampled again with the run's stored budget)."""
+frames the model saw (sampled again with the run's stored budget). Without a browser: the charts'
+0-100 axis, and the marker shown for a response without an answer."""
 
 from __future__ import annotations
 
@@ -10,13 +11,16 @@ import os
 import re
 import shutil
 import subprocess
+from xml.etree import ElementTree
 
 import pytest
+from evalfixtures import mc
 
 from easyvideor1.data.synth import write_suite
 from easyvideor1.evaluation import presets
 from easyvideor1.evaluation.adapters import get_benchmark
-from easyvideor1.evaluation.html_report import write_run_info
+from easyvideor1.evaluation.bootstrap import ScoreInterval
+from easyvideor1.evaluation.html_report import NO_ANSWER, svg_bars, write_run_info
 from easyvideor1.evaluation.report import write_report
 from easyvideor1.evaluation.results import ResultStore
 from easyvideor1.models.families import get_family
@@ -111,3 +115,34 @@ def test_html_report_shows_the_frames_each_tool_call_returned(tmp_path):
     assert text.count('<div class="turn">') == 3 and "&lt;b&gt;bold&lt;/b&gt;" in text and "<b>bold" not in text
     assert "error: unknown tool &#x27;crop&#x27;" in text
     assert f"{record.visual_tokens} visual tokens" in text
+
+
+def test_bar_chart_has_a_0_to_100_axis():
+    svg = ElementTree.fromstring(svg_bars([("Video-MME", 0.5), ("MVBench", 1.0)],
+                                          intervals=[ScoreInterval(0.0, 0.7, 12, 12), None]))
+    ns = "{http://www.w3.org/2000/svg}"
+    ticks = [t for t in svg.iter(f"{ns}text") if t.get("class") == "tick"]
+    assert [t.text for t in ticks] == ["0", "20", "40", "60", "80", "100"]
+    x0, x100 = float(ticks[0].get("x")), float(ticks[-1].get("x"))
+    half, full = (float(r.get("width")) for r in svg.iter(f"{ns}rect"))
+    assert full == pytest.approx(x100 - x0) and half == pytest.approx((x100 - x0) / 2)  # bars on the axis' scale
+    assert [p for p in svg.iter(f"{ns}path") if p.get("class") == "axis"]
+    assert max(float(t.get("y")) for t in ticks) < float(svg.get("height"))  # the labels fit in the picture
+
+
+def test_a_response_without_an_answer_says_so(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "videomme.json").write_text(json.dumps([mc(i, f"q{i}", ["A. cat", "B. dog"], "A") for i in range(3)]))
+    bench = get_benchmark("videomme")
+    samples = bench.load(data)
+    out = tmp_path / "run"
+    with ResultStore.open(out, bench.name, presets.settings("qwen3_vl", "models/m")) as store:
+        store.append(bench.result_row(samples[0], "<answer>A</answer>"))
+        store.append(bench.result_row(samples[1], "<think>it could be either</think>"))  # no answer in it
+        store.append(bench.failed_row(samples[2], "video file is corrupt"))
+    write_report(out)
+    text = (out / "report.html").read_text()
+    predictions = re.findall(r"prediction: (.*?)</p>", text)
+    assert predictions == ["<code>A</code>", f'<em class="no-answer">{NO_ANSWER}</em>',
+                           '<em class="no-answer">(none: the sample failed)</em>'], predictions
