@@ -10,6 +10,9 @@
 - docs/reference/benchmarks.md: the benchmark registry and the evaluation presets.
 - Figures inside hand-written pages (`FRAGMENTS`, between `<!-- gen:NAME -->` markers): the
   demo's time, from docs/measured/demo.json, in README.md and docs/demo.md.
+- Tables inside docs/reference/data-format.md (the same markers, `TABLE_PAGES`): the other field
+  names the loader reads (`data.loading.FIELD_ALIASES`), the answers each problem type reads and
+  one example record per type (`rewards.forms.ANSWER_FORMS`, over `rewards.TASK_FAMILIES`).
 
 tests/test_docs.py regenerates them in memory and fails when a file differs, so a new config
 field or flag only needs this command.
@@ -263,6 +266,50 @@ def demo_time(root: Path = ROOT) -> str:
             f"({m['date']})")
 
 
+def field_aliases(root: Path = ROOT) -> str:
+    """The other names the loader reads a field under, and the rule when several are given."""
+    from easyvideor1.data.loading import FIELD_ALIASES
+
+    lines = ["", "", "| field | also read as | when several are given |", "| --- | --- | --- |"]
+    for name, (aliases, rule) in FIELD_ALIASES.items():
+        lines.append(f"| `{name}` | {', '.join(f'`{a}`' for a in aliases)} | {md(rule)} |")
+    return "\n".join(lines) + "\n\n"
+
+
+def _aliases_of(name: str) -> str:
+    from easyvideor1.rewards import ALIASES
+
+    return ", ".join(f"`{alias}`" for alias, target in ALIASES.items() if target == name)
+
+
+def answer_forms(root: Path = ROOT) -> str:
+    """Per problem type (every registered family) with its aliases: the answers it reads and its accuracy."""
+    from easyvideor1.rewards import ANSWER_FORMS, TASK_FAMILIES
+
+    lines = ["", "", "| problem_type | also accepted as | answer (ground truth and response) | accuracy |",
+             "| --- | --- | --- | --- |"]
+    for name in TASK_FAMILIES:
+        form = ANSWER_FORMS.get(name)
+        answer, accuracy = (form.answer, form.accuracy) if form else ("(not described: give `register` a `form`)", "")
+        lines.append(f"| `{name}` | {_aliases_of(name)} | {md(answer)} | {md(accuracy)} |")
+    return "\n".join(lines) + "\n\n"
+
+
+def example_records(root: Path = ROOT) -> str:
+    """One record per problem type, as a line of a JSONL file (`AnswerForm.example`)."""
+    import json
+
+    from easyvideor1.rewards import ANSWER_FORMS, TASK_FAMILIES
+
+    lines = ["", "", "| problem_type | record (one line of a JSONL file) |", "| --- | --- |"]
+    for name in TASK_FAMILIES:
+        form = ANSWER_FORMS.get(name)
+        if form is not None and form.example:
+            record = json.dumps(form.example, ensure_ascii=False).replace("|", "\\|")
+            lines.append(f"| `{name}` | `` {record} `` |")  # two backticks: the code example holds three
+    return "\n".join(lines) + "\n\n"
+
+
 MEASURED_DEMO = "docs/measured/demo.json"
 PAGES = {
     "docs/reference/config.md": config_reference,
@@ -271,8 +318,12 @@ PAGES = {
 }
 # Figures written into hand-written pages between `<!-- gen:NAME -->` and `<!-- /gen:NAME -->`,
 # each from one source, so every page that gives it gives the same one.
-FRAGMENTS = {"demo-time": demo_time}
+FRAGMENTS = {"demo-time": demo_time, "field-aliases": field_aliases, "answer-forms": answer_forms,
+             "example-records": example_records}
 FRAGMENT_PAGES = ("README.md", "docs/demo.md")
+# Hand-written pages with tables generated from the code's registries (the same markers). They
+# depend on no file under the root, so a partial tree without them has nothing stale.
+TABLE_PAGES = ("docs/reference/data-format.md",)
 
 
 def with_fragments(text: str, root: Path = ROOT) -> str:
@@ -291,7 +342,9 @@ def stale_pages(root: Path = ROOT) -> list[str]:
         path = root / rel
         if not path.is_file() or path.read_text(encoding="utf-8") != make():
             stale.append(rel)
-    for rel in FRAGMENT_PAGES:
+    for rel in FRAGMENT_PAGES + TABLE_PAGES:
+        if rel in TABLE_PAGES and not (root / rel).is_file():
+            continue
         text = (root / rel).read_text(encoding="utf-8")
         if with_fragments(text, root) != text:
             stale.append(rel)
@@ -312,10 +365,10 @@ def main(argv: list[str] | None = None) -> int:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(make(), encoding="utf-8")
         print(f"wrote {rel}")
-    for rel in FRAGMENT_PAGES:
+    for rel in FRAGMENT_PAGES + TABLE_PAGES:
         path = ROOT / rel
         path.write_text(with_fragments(path.read_text(encoding="utf-8")), encoding="utf-8")
-        print(f"wrote the generated figures of {rel}")
+        print(f"wrote the generated figures and tables of {rel}")
     return 0
 
 

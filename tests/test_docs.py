@@ -139,3 +139,35 @@ def test_a_figure_edited_by_hand_is_stale(tmp_path):
     source = json.loads((tmp_path / gen.MEASURED_DEMO).read_text())
     (tmp_path / gen.MEASURED_DEMO).write_text(json.dumps({**source, "minutes": source["minutes"] + 1}))
     assert gen.stale_pages(tmp_path) == list(gen.FRAGMENT_PAGES)
+
+
+def test_data_format_tables_follow_the_registries(tmp_path):
+    """docs/reference/data-format.md's tables are generated from the reward registry and the loader's
+    aliases: a family registered with a form shows up with its aliases and example, one without a
+    form shows up as undescribed, and a table edited by hand is stale."""
+    from easyvideor1.rewards import ALIASES, ANSWER_FORMS, TASK_FAMILIES, AnswerForm, Verdict, register
+
+    gen = _gen_docs()
+    page = "docs/reference/data-format.md"
+    assert page in gen.TABLE_PAGES
+    example = {"problem": "What colour?", "answer": "red", "problem_type": "colour name"}
+    register("colour name", lambda r, s, c: Verdict(1.0, True), aliases=("colour",),
+             form=AnswerForm("a colour word: `red`", "exact", example))
+    register("undescribed", lambda r, s, c: Verdict(1.0, True))
+    try:
+        forms, examples = gen.answer_forms(), gen.example_records()
+    finally:
+        for name in ("colour name", "undescribed"):
+            TASK_FAMILIES.pop(name)
+            ANSWER_FORMS.pop(name, None)
+        ALIASES.pop("colour")
+    assert "| `colour name` | `colour` | a colour word: `red` | exact |" in forms
+    assert "| `undescribed` |  | (not described: give `register` a `form`) |" in forms
+    assert f"| `colour name` | `` {json.dumps(example)} `` |" in examples
+    for rel in (*gen.FRAGMENT_PAGES, gen.MEASURED_DEMO, *gen.PAGES, page):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text((ROOT / rel).read_text())
+    assert gen.stale_pages(tmp_path) == []
+    copy = tmp_path / page
+    copy.write_text(copy.read_text().replace("| `mc`, `multiple-choice` |", "| `mc` |", 1))
+    assert gen.stale_pages(tmp_path) == [page]

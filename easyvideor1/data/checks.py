@@ -4,7 +4,8 @@ Beyond the structural checks of `data.loading` (required fields, types), each re
 checked for: a problem_type the reward dispatcher knows; media files that exist and decode
 (two frames of each video, the whole image); and a ground truth that its own scorer reads
 (the answer given as the response must score accuracy 1, else the answer cannot be parsed
-for its task type).
+for its task type; skipped for families an LLM judge scores). A field the loader does not read
+that looks like a misspelt one is named in the message (`optoins` for `options`).
 """
 
 from __future__ import annotations
@@ -12,9 +13,9 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field
 
-from easyvideor1.data.loading import Problem, load_records
+from easyvideor1.data.loading import Problem, load_records, typo_hint
 from easyvideor1.records import Sample
-from easyvideor1.rewards import canonical_type, score
+from easyvideor1.rewards import ANSWER_FORMS, canonical_type, score
 from easyvideor1.vision.config import VisionConfig
 from easyvideor1.vision.decode import MediaError, decode_image, decode_video
 
@@ -37,17 +38,24 @@ def _sample_problems(sample: Sample, index: int, open_media: bool, probe_cfg: Vi
         out.append(Problem(index, sample.problem_id, msg))
 
     try:
-        canonical_type(sample.problem_type)
+        family = canonical_type(sample.problem_type)
     except ValueError as e:
         add(str(e))
         return out
     if sample.problem_type.lower() in ("multiple choice", "multiple_choice") and not sample.options:
-        add("multiple choice record without 'options'; add the option list (e.g. ['A. ...', 'B. ...'])")
+        add("multiple choice record without 'options'" + typo_hint(sample.extra, "options") +
+            "; add the option list (e.g. ['A. ...', 'B. ...'])")
+    media_typo = typo_hint(sample.extra, "videos", "video", "path", "images", "image", "image_path")
+    if sample.data_type == "text" and media_typo:
+        add(f"a text-only record, but a field looks like a misspelt media field{media_typo}; "
+            "rename it to 'videos' or 'images'")
+    result = None
+    form = ANSWER_FORMS.get(family)
     try:
-        result = score(sample.answer, sample)
+        if form is None or not form.judged:  # a judge's verdict cannot be checked without the judge
+            result = score(sample.answer, sample)
     except ValueError as e:  # the scorer cannot read the ground truth at all
         add(f"answer cannot be read: {e}")
-        result = None
     if result is not None and result.accuracy < 1.0:
         add(f"answer {sample.answer[:80]!r} cannot be read as a {sample.problem_type} answer (it scores "
             f"{result.accuracy:.2f} against itself); write it in the form the task type expects")

@@ -13,6 +13,7 @@ parts of the package (media that open, known problem types, parseable answers) l
 from __future__ import annotations
 
 import ast
+import difflib
 import json
 import logging
 import os
@@ -32,6 +33,28 @@ _CONSUMED = {
     "images", "image", "image_path", "options", "problem_id", "data_source",
     "has_offline_trajectory", "offline_output", "start", "end", "video_start", "video_end", "tools",
 }
+# The other names a field is read under (the converted benchmark files use them), and the rule
+# when several are given: the data-format page's table is generated from this, and
+# tests/data/test_loading.py checks each alias loads into its field.
+FIELD_ALIASES: dict[str, tuple[tuple[str, ...], str]] = {
+    "problem": (("question",), "read when `problem` is absent"),
+    "answer": (("solution",), "`solution` wins when both are given; `answer` is then kept as "
+                              "`original_answer` (MVBench: the option text beside the letter)"),
+    "videos": (("path", "video"), "a path or a list of paths; `videos` first, then `path`, then `video`"),
+    "images": (("image", "image_path"), "`image` when `images` is absent; `image_path` is added to them"),
+    "video_start": (("start",), "seconds; `video_start` wins"),
+    "video_end": (("end",), "seconds; `video_end` wins"),
+}
+KNOWN_FIELDS = _CONSUMED | {"question"}
+
+
+def typo_hint(raw: dict[str, Any], *names: str) -> str:
+    """` (found 'optoins')` when a field of `raw` that the loader does not read looks like a
+    misspelling of one of `names`; else ''."""
+    for key in raw:
+        if isinstance(key, str) and key not in KNOWN_FIELDS and difflib.get_close_matches(key.lower(), names, 1, 0.8):
+            return f" (found {key!r})"
+    return ""
 
 
 @dataclass
@@ -126,24 +149,28 @@ def record_to_sample(raw: dict[str, Any], index: int, data_root: str | os.PathLi
     if problem is not None and not isinstance(problem, str):
         raise bad(f"'problem' must be a string (the question text), got {type(problem).__name__} {problem!r}")
     if not isinstance(problem, str) or not (problem.strip() or has_media):
-        raise bad("missing or empty 'problem' (the question text)")
+        raise bad("missing or empty 'problem' (the question text)" + typo_hint(raw, "problem", "question"))
     answer = raw.get("solution", raw.get("answer"))
     if answer is None or (isinstance(answer, str) and not answer.strip()):
-        raise bad("missing 'answer' (or 'solution'): every record needs a ground truth")
+        raise bad("missing 'answer' (or 'solution'): every record needs a ground truth" +
+                  typo_hint(raw, "answer", "solution"))
     if isinstance(answer, (list, dict)):
         answer = json.dumps(answer)
     problem_type = raw.get("problem_type")
     if not isinstance(problem_type, str) or not problem_type.strip():
-        raise bad("missing 'problem_type' (e.g. 'multiple choice', 'numerical', 'temporal grounding')")
+        raise bad("missing 'problem_type' (e.g. 'multiple choice', 'numerical', 'temporal grounding')" +
+                  typo_hint(raw, "problem_type"))
     videos = _as_list(raw.get("videos", raw.get("video") if "path" not in raw else raw["path"]))
     images = _as_list(raw.get("images", raw.get("image"))) + _as_list(raw.get("image_path"))
     data_type = raw.get("data_type") or ("video" if videos else "image" if images else "text")
     if data_type not in DATA_TYPES:
         raise bad(f"data_type {data_type!r} is not one of {', '.join(DATA_TYPES)}")
     if data_type == "video" and not videos:
-        raise bad("data_type is 'video' but the record names no video ('videos' or 'path')")
+        raise bad("data_type is 'video' but the record names no video ('videos' or 'path')" +
+                  typo_hint(raw, "videos", "video", "path"))
     if data_type == "image" and not images:
-        raise bad("data_type is 'image' but the record names no image ('images' or 'image_path')")
+        raise bad("data_type is 'image' but the record names no image ('images' or 'image_path')" +
+                  typo_hint(raw, "images", "image", "image_path"))
     for tag, media in (("<video>", videos), ("<image>", images)):
         if problem.count(tag) > len(media):
             raise bad(f"the problem text has {problem.count(tag)} {tag} placeholders but the record names "

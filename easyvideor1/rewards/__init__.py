@@ -12,11 +12,14 @@ from easyvideor1.rewards.dispatch import (
     register,
     score,
 )
+from easyvideor1.rewards.forms import ANSWER_FORMS, AnswerForm
 from easyvideor1.rewards.judge import JudgeConfig
 from easyvideor1.rewards.verdict import Verdict
 
 __all__ = [
     "ALIASES",
+    "ANSWER_FORMS",
+    "AnswerForm",
     "JudgeConfig",
     "RewardConfig",
     "TASK_FAMILIES",

@@ -5,6 +5,7 @@
 names users' data already uses to a canonical type. Lookup ignores case and treats "-", "_"
 and spaces alike ("Multiple-Choice" == "multiple choice"). An unknown type is an error that
 lists the known ones (upstream silently scored it as open-ended). Add a family with `register`.
+What each family reads as an answer, with an example record, is in `forms.ANSWER_FORMS`.
 
 overall = accuracy_weight * accuracy + format_weight * format (0.9 / 0.1 by default).
 """
@@ -35,6 +36,7 @@ from easyvideor1.rewards import (
 )
 from easyvideor1.rewards.config import RewardConfig
 from easyvideor1.rewards.format import answer_content, format_score
+from easyvideor1.rewards.forms import ANSWER_FORMS, AnswerForm
 from easyvideor1.rewards.verdict import Verdict
 
 Scorer = Callable[[str, Sample, RewardConfig], Verdict]
@@ -66,9 +68,12 @@ def scorer_for(problem_type: str) -> Scorer:
     return TASK_FAMILIES[canonical_type(problem_type)]
 
 
-def register(name: str, fn: Scorer, aliases: tuple[str, ...] = ()) -> None:
-    """Add (or replace) a family: `fn(response, sample, cfg) -> Verdict`, under `name` and `aliases`."""
+def register(name: str, fn: Scorer, aliases: tuple[str, ...] = (), form: AnswerForm | None = None) -> None:
+    """Add (or replace) a family: `fn(response, sample, cfg) -> Verdict`, under `name` and `aliases`;
+    `form` says what answers it reads (the data-format page lists it)."""
     TASK_FAMILIES[name] = fn
+    if form is not None:
+        ANSWER_FORMS[name] = form
     for alias in aliases:
         ALIASES[alias] = name
 

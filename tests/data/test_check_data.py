@@ -34,6 +34,10 @@ CASES = {
     "not a video": (dict(GOOD, videos=["text.mp4"]), "text.mp4"),
     "corrupt video": (dict(GOOD, videos=["corrupt.mp4"]), "corrupt.mp4"),
     "no problem_type": ({k: v for k, v in GOOD.items() if k != "problem_type"}, "problem_type"),
+    "misspelt options": ({**{k: v for k, v in GOOD.items() if k != "options"}, "optoins": GOOD["options"]},
+                         "without 'options' (found 'optoins')"),
+    "misspelt videos": ({**{k: v for k, v in GOOD.items() if k != "videos"}, "vidoes": ["ok.mp4"]},
+                        "misspelt media field (found 'vidoes')"),
 }
 
 

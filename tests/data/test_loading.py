@@ -9,7 +9,7 @@ import pytest
 from benchmark_annotations import ROOT as ANNOTATIONS
 from benchmark_annotations import needs_annotations
 
-from easyvideor1.data.loading import DataError, load_records, load_samples
+from easyvideor1.data.loading import FIELD_ALIASES, DataError, load_records, load_samples, record_to_sample
 
 GOOD = [
     {"problem_id": "a", "problem": "What colour?", "answer": "B", "problem_type": "multiple choice",
@@ -118,6 +118,38 @@ def test_missing_file_and_unknown_suffix(tmp_path):
     (tmp_path / "x.csv").write_text("a,b")
     with pytest.raises(DataError, match="unsupported data file type"):
         load_samples(tmp_path / "x.csv")
+
+
+# Where each field of FIELD_ALIASES lands on the Sample, and a value for it.
+ALIAS_VALUES = {"problem": ("problem", "How many?"), "answer": ("answer", "3"), "videos": ("videos", ["/d/v.mp4"]),
+                "images": ("images", ["/d/i.png"]), "video_start": ("video_start", 1.0),
+                "video_end": ("video_end", 9.0)}
+
+
+@pytest.mark.parametrize("field", list(FIELD_ALIASES))
+def test_each_documented_alias_is_read_into_its_field(field):
+    """The data-format page's alias table is generated from FIELD_ALIASES: each alias loads."""
+    attr, value = ALIAS_VALUES[field]
+    base = {"problem": "q", "answer": "1", "problem_type": "numerical"}
+    for alias in FIELD_ALIASES[field][0]:
+        raw = {k: v for k, v in base.items() if k != field} | {alias: value}
+        assert getattr(record_to_sample(raw, 0, "/d"), attr) == value, alias
+
+
+@pytest.mark.parametrize("raw, typo", [
+    ({"probelm": "q", "answer": "1", "problem_type": "numerical"}, "probelm"),
+    ({"problem": "q", "awnser": "1", "problem_type": "numerical"}, "awnser"),
+    ({"problem": "q", "answer": "1", "problem_typ": "numerical"}, "problem_typ"),
+    ({"problem": "q", "answer": "1", "problem_type": "numerical", "data_type": "video", "vidoes": ["v.mp4"]},
+     "vidoes"),
+])
+def test_a_missing_field_names_a_misspelt_one(raw, typo):
+    with pytest.raises(DataError, match="missing|names no video") as info:
+        record_to_sample(raw, 0, "/d")
+    assert f"(found '{typo}')" in str(info.value), str(info.value)
+    with pytest.raises(DataError) as plain:  # a field that is not near the missing one: no hint
+        record_to_sample({k: v for k, v in raw.items() if k != typo} | {"comment": "x"}, 0, "/d")
+    assert "found" not in str(plain.value)
 
 
 @needs_annotations
