@@ -14,10 +14,12 @@ traceback. `--debug` (or EASYVIDEOR1_DEBUG=1) shows the traceback of a user erro
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import os
 import sys
 import traceback
+import typing
 
 from easyvideor1 import threads
 from easyvideor1.errors import UserError
@@ -52,10 +54,52 @@ MOST_THREADS = {"demo": 1}
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse, with its errors on one line (the usage is one `--help` away)."""
+    """argparse, with its errors on one line (the usage is one `--help` away); an unknown flag is
+    named with its command, and for a command that takes config overrides, as the override to write."""
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: {message} (see `{self.prog} --help`)\n")
+
+    def parse_args(self, args=None, namespace=None):
+        namespace, extras = self.parse_known_args(args, namespace)
+        if extras:
+            command = getattr(namespace, "command", None)
+            message = f"unrecognized arguments: {' '.join(extras)}"
+            if hasattr(namespace, "overrides"):  # train, export, plan, demo: settings are `section.key=value`
+                message += override_hint(extras)
+            if command:
+                self.prog = f"{self.prog} {command}"
+            self.error(message)
+        return namespace
+
+
+def _config_keys(cls: type, prefix: str = "") -> list[str]:
+    hints = typing.get_type_hints(cls)
+    keys = []
+    for f in dataclasses.fields(cls):
+        tp = hints[f.name]
+        keys += _config_keys(tp, f"{prefix}{f.name}.") if dataclasses.is_dataclass(tp) else [prefix + f.name]
+    return keys
+
+
+def override_hint(extras: list[str]) -> str:
+    """`; write training.steps=5: ...` for `--steps 5`: each flag that names a config field (its last
+    part, `-` read as `_`) as the dotted override to write instead, and where every field is listed."""
+    from easyvideor1.config import Config  # imports torch: only on this error path
+
+    keys = _config_keys(Config)
+    overrides, i = [], 0
+    while i < len(extras):
+        name, eq, value = extras[i].partition("=")
+        if name.startswith("--") and not eq and i + 1 < len(extras) and not extras[i + 1].startswith("-"):
+            value, i = extras[i + 1], i + 1
+        i += 1
+        field = name[2:].replace("-", "_") if name.startswith("--") else ""
+        matches = [k for k in keys if k.rsplit(".", 1)[-1] == field]
+        if matches:
+            overrides.append(" or ".join(f"{k}={value or 'VALUE'}" for k in matches))
+    write = f"; write {', '.join(overrides)}" if overrides else ""
+    return f"{write}: config fields are section.key=value overrides, listed by `easyvideor1 train --help-config`"
 
 
 def build_parser() -> argparse.ArgumentParser:

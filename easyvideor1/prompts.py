@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from easyvideor1.models.families import Family
@@ -94,6 +94,11 @@ class PromptBuilder:
     tools: list[dict] | None = None
     """Function schemas of the run's tools (`rollout.tools`, None: no tools); the chat template of
     each prompt lists those its sample is offered (`Sample.offered_tools`), or none."""
+    data_root_setting: str = "data.data_root"
+    """What sets the data root where `build_many`'s messages say so (training's config field; the
+    commands' flag is `--data-root`)."""
+    reported: set[str] = field(default_factory=set, repr=False)
+    """Ids of the samples `build_many` has reported: each is logged once per builder (per run)."""
 
     def build(self, sample: Sample, text: str | None = None, seed_offset: int | None = None) -> Prompt:
         """The prompt of `sample` (`text` replaces the rendered one); raises `MediaError`,
@@ -110,7 +115,8 @@ class PromptBuilder:
 
     def build_many(self, samples: list[Sample], seed_offsets: list[int] | None = None
                    ) -> tuple[list[Prompt], list[PromptFailure]]:
-        """Every sample that can be prepared, and why the others cannot (each logged by id).
+        """Every sample that can be prepared, and why the others cannot (each logged by id, once:
+        later failures of the same sample are returned, and counted by the trainer, silently).
 
         `seed_offsets[i]`: sample i's prompt's `seed_offset`; the trainer derives it from the sample's
         slot in the global batch, so its sampling seeds do not depend on which rank takes it or on
@@ -122,8 +128,12 @@ class PromptBuilder:
             try:
                 prompts.append(self.build(sample, seed_offset=offset))
             except (MediaError, CacheError, ValueError) as e:
-                failures.append(PromptFailure(sample.problem_id, str(e)))
-                log.warning("sample %s skipped: %s", sample.problem_id, e)
+                reason = str(e).replace("--data-root", self.data_root_setting)
+                failures.append(PromptFailure(sample.problem_id, reason))
+                if sample.problem_id not in self.reported:
+                    self.reported.add(sample.problem_id)
+                    log.warning("sample %s skipped: %s (said once; later steps skip it too, counted in "
+                                "data/prompt_failures)", sample.problem_id, reason)
         return prompts, failures
 
     def empty(self, sample_id: str = "<padding>") -> Prompt:

@@ -107,11 +107,17 @@ CASES = [
     ("train model.path=MODEL data.train_files=DATA training.steps=-5", "training.steps must be >= 1, got -5", True),
     ("train model.path=MODEL data.train_files=DATA logging.out_dir=/proc/nope", "/proc/nope", True),
     ("train model.path=MODEL data.train_files=DATA vision.family=qwen3_vl", "set vision.family=qwen2_5_vl", True),
+    # a flag for a config field: the override to write instead (the config tree imports torch)
+    ("train CONFIG --steps 5", "unrecognized arguments: --steps 5; write training.steps=5: config fields are "
+                               "section.key=value overrides, listed by `easyvideor1 train --help-config`", True),
+    ("train CONFIG --bogus", "--bogus: config fields are section.key=value overrides", True),
     # export
     ("export nofile.yaml --out OUT", "config nofile.yaml", False),
     ("export DATA --out OUT", "is a sample file", False),
     ("export model.path=MODEL --out OUT --checkpoint /nonexistent", "--checkpoint /nonexistent", False),
     ("export model.path=MODEL logging.out_dir=EMPTY --out OUT", "no checkpoint under", True),
+    ("export CONFIG --out OUT --lr=1e-3", "write training.lr=1e-3", True),
+    ("plan CONFIG --rollout-batch-size 4", "write training.rollout_batch_size=4", True),
     # demo
     ("demo --steps -5 --out OUT", "--steps -5", False),
     ("demo --out /proc/nope", "/proc/nope", False),
@@ -134,6 +140,7 @@ CASES = [
     ("eval --model MODEL --benchmarks DATA --out OUT --gpu-memory-utilization 1.5", "1.5", False),
     ("eval --model MODEL --benchmarks DATA --out OUT --judge-endpoint http://judge", "--judge-model", False),
     ("eval --model MODEL --benchmarks DATA --out OUT --dtype float8", "'float8'", False),
+    ("eval --model MODEL --benchmarks DATA --out OUT --bogus 1", "unrecognized arguments: --bogus 1 (see", False),
     ("eval --model MODEL --benchmarks DATA --out OUT --cache-mode cache_only --cache-dir /nonexistent",
      "--cache-dir /nonexistent", False),
     # report

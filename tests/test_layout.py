@@ -23,6 +23,9 @@ ROOT = Path(__file__).resolve().parents[1] / PACKAGE
 # import torch (cache, check-data, eval, train, demo), so that `easyvideor1 --help`, which
 # imports every commands module, imports neither torch nor transformers.
 LAZY_IMPORTS = {
+    # an unknown flag of a command that takes config overrides is answered with the config field
+    # it names (`override_hint`), the only path of `easyvideor1` itself that needs the config tree
+    "easyvideor1.cli",
     "easyvideor1.curation.commands",
     "easyvideor1.data.commands",
     "easyvideor1.evaluation.commands",

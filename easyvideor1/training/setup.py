@@ -179,6 +179,9 @@ def build_run(cfg: Config) -> Run:
                           f"{t.mini_batch_size} must be multiples of the number of data-parallel ranks ({dp_world}), "
                           "so every rank holds the same share of every mini-batch")
     train_samples = load_split(cfg.data.train_files, cfg)
+    if rank == 0 and len(train_samples) < t.rollout_batch_size:  # not an error: a small set is fine to try things
+        log.warning("data.train_files has %d samples, fewer than training.rollout_batch_size %d: each step reuses "
+                    "samples", len(train_samples), t.rollout_batch_size)
     val_samples = load_split(cfg.data.val_files, cfg)
     frames = FrameSource(cfg.vision, cfg.data.cache_dir, cfg.data.cache_mode)
 
