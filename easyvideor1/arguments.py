@@ -65,6 +65,20 @@ def input_folder(flag: str, value: str | None, what: str = "an existing folder")
     return path
 
 
+def template(flag: str, value: str | None) -> Path | None:
+    """`value` as a prompt template: a folder of `*.jinja` files (named by problem type), or one
+    `.jinja` file used for every sample (None passes)."""
+    if value is None:
+        return None
+    path = Path(value).expanduser()
+    what = "a folder of prompt templates (*.jinja), or one .jinja file for every sample"
+    if not path.exists():
+        raise UserError(f"{flag} {value}: no such file or folder; give {what}")
+    if path.is_file() and path.suffix != ".jinja":
+        raise UserError(f"{flag} {value}: not a .jinja file; give {what}")
+    return path
+
+
 def output_folder(flag: str, value: str) -> Path:
     """A folder the command may create or write into: not a file, under a writable folder."""
     path = Path(value).expanduser()
@@ -121,6 +135,7 @@ def model_folder(flag: str, value: str) -> str:
         raise UserError(f"{flag} {value}: is a file; give the model's folder (the one holding config.json)")
     config = path / "config.json"
     if not config.is_file():
+        _training_output(flag, value, path)
         raise UserError(f"{flag} {value}: no config.json in this folder, so it is not an HF-format model; "
                         f"give the model's folder, or build a tiny one with `{TINY_HINT}`")
     try:
@@ -136,6 +151,21 @@ def model_folder(flag: str, value: str) -> str:
             raise UserError(f"{flag} {value}: no {kind} file in this folder (looked for {', '.join(names)}); "
                             "copy the model's full folder (config, tokenizer, processor and weights)")
     return families[model_type]
+
+
+def _training_output(flag: str, value: str, path: Path) -> None:
+    """A checkpoint, run or demo folder given where an HF model goes: the folder to give
+    instead, or the command that exports one."""
+    for sub in ("hf_model", "train/hf_model"):  # a run's (train) or a demo's export
+        if (path / sub / "config.json").is_file():
+            raise UserError(f"{flag} {value}: is a training run's folder, not a model; its trained model is "
+                            f"{path / sub}: give {flag} {path / sub}")
+    checkpoint = (path / "state.json").is_file()
+    if checkpoint or (path / "checkpoints").is_dir() or (path / "train" / "checkpoints").is_dir():
+        kind = "a training checkpoint" if checkpoint else "a training run's folder"
+        out = (path.parent.parent if checkpoint and path.parent.name == "checkpoints" else path) / "hf_model"
+        raise UserError(f"{flag} {value}: is {kind}, not an HF-format model; export it first, "
+                        f"`easyvideor1 export {value} --out {out}`, then give {flag} {out}")
 
 
 def at_least(low: float, **values: float | None) -> None:
@@ -174,8 +204,9 @@ def run_flags(args) -> None:
         raise UserError("--cache-mode cache_only needs --cache-dir DIR (the folder `easyvideor1 cache` built)")
     if args.cache_dir is not None and (args.cache_mode == "cache_only" or Path(args.cache_dir).exists()):
         input_folder("--cache-dir", args.cache_dir, "the folder `easyvideor1 cache` built")
-    input_folder("--template-dir", args.template_dir, "a folder of prompt templates (*.jinja)")
-    known("--dtype", args.dtype, DTYPE_NAMES)
+    template("--template-dir", args.template_dir)
+    if args.dtype is not None:
+        known("--dtype", args.dtype, DTYPE_NAMES)
     at_least(1, load_workers=args.load_workers, prefetch=args.prefetch, max_batch=args.max_batch,
              max_concurrency=args.max_concurrency)
 

@@ -136,6 +136,8 @@ def check_easyvideor1(argv: list[str], root: Path = ROOT) -> str | None:
         if args.command in ("train", "export"):
             first = args.config
             overrides = list(args.overrides)
+            if args.command == "export" and first and "=" not in first and not first.endswith((".yaml", ".yml")):
+                first = None  # a checkpoint or run folder: the config it recorded (made by a command before)
             if first and "=" in first and not (root / first).is_file():
                 first, overrides = None, [first, *overrides]
             path, problem = _config_file(first, root)

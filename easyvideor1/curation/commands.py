@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from easyvideor1 import arguments
 from easyvideor1.curation.frame_budget import vision_config
@@ -53,13 +54,25 @@ def _sampling(args: argparse.Namespace):
     return SamplingParams(temperature=args.temperature, top_p=args.top_p, max_tokens=max_tokens, seed=args.seed)
 
 
+def _engine(args: argparse.Namespace) -> str:
+    """The engine `--engine` means here, printed with why (`rollout.base.pick_engine`)."""
+    from easyvideor1.rollout.base import pick_engine
+
+    engine, why = pick_engine(args.engine)
+    print(f"engine: {engine} ({why})")
+    return engine
+
+
 def _options(args: argparse.Namespace):
     from easyvideor1.curation.runner import RunOptions
     from easyvideor1.curation.sources import SourceOptions
 
+    out = Path(args.out)  # pass-rate: a folder; trajectories: a file, its log beside it
+    log = None if args.verbose else str(out / "vllm.log" if args.command == "pass-rate" else
+                                        out.with_name(out.name.removesuffix(".jsonl") + ".vllm.log"))
     source = SourceOptions(preset=args.preset, vision=tuple(args.vision), template_dir=args.template_dir,
                            cache_dir=args.cache_dir, cache_mode=args.cache_mode, dtype=args.dtype,
-                           max_batch=args.max_batch, max_concurrency=args.max_concurrency)
+                           max_batch=args.max_batch, max_concurrency=args.max_concurrency, vllm_log=log)
     run = RunOptions(load_workers=args.load_workers, prefetch=args.prefetch, score_workers=args.score_workers,
                      score_timeout_s=args.score_timeout)
     return source, run
@@ -67,8 +80,6 @@ def _options(args: argparse.Namespace):
 
 def _media_note(data: str, data_root: str | None, out_dir) -> str | None:
     """Records are written unchanged: relative media paths still resolve against the input's root."""
-    from pathlib import Path
-
     root = Path(data_root) if data_root else Path(data).parent
     if Path(out_dir).resolve() == root.resolve():
         return None
@@ -86,7 +97,7 @@ def _pass_rate(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     source_options, run_options = _options(args)
     params = _sampling(args)
-    source = local_source(args.model, args.engine, source_options)
+    source = local_source(args.model, _engine(args), source_options)
     summary = pass_rate(args.data, args.out, source, params, args.k, args.data_root, args.min, args.max, run_options)
     print(pass_rate_table(summary))
     print(f"wrote {args.out}/pass_rates.jsonl, filtered.jsonl, summary.md, summary.json and "
@@ -100,8 +111,6 @@ def _pass_rate(args: argparse.Namespace) -> int:
 def _trajectories(args: argparse.Namespace) -> int:
     _check(args)
     import logging
-    from pathlib import Path
-
     from easyvideor1.curation.endpoint import EndpointConfig
     from easyvideor1.curation.sources import endpoint_source, local_source
     from easyvideor1.curation.trajectories import rejected_path, trajectories, trajectories_table  # imports torch
@@ -114,7 +123,7 @@ def _trajectories(args: argparse.Namespace) -> int:
                              retries=args.retries, backoff_s=args.backoff, concurrency=args.max_concurrency)
         source = endpoint_source(cfg, source_options)
     else:
-        source = local_source(args.teacher, args.engine, source_options)
+        source = local_source(args.teacher, _engine(args), source_options)
     counts = trajectories(args.data, args.out, source, params, args.k, args.data_root, args.min_accuracy,
                           args.pick, run_options)
     print(trajectories_table(counts, args.out))
@@ -131,7 +140,10 @@ def _trajectories(args: argparse.Namespace) -> int:
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", required=True, help="sample file (JSON, JSONL or Parquet)")
     p.add_argument("--data-root", default=None, help="folder media paths are relative to (default: the file's)")
-    p.add_argument("--engine", choices=("vllm", "hf"), default="vllm", help="local generation engine")
+    p.add_argument("--engine", choices=("auto", "vllm", "hf"), default="auto",
+                   help="local generation engine; auto: vllm where a GPU and vLLM are present, else hf")
+    p.add_argument("--verbose", action="store_true",
+                   help="vLLM's own logs on the console (default: a file beside the output, *vllm.log)")
     p.add_argument("--preset", default="qwen2_5_vl",
                    help="frame budget (and default --max-tokens) from an evaluation preset (presets.py)")
     p.add_argument("--vision", action="append", default=[], metavar="FIELD=VALUE",

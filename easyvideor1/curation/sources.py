@@ -47,6 +47,8 @@ class SourceOptions:
     """prefer_cache | cache_only | realtime."""
     dtype: str = "bfloat16"
     """Local model dtype."""
+    vllm_log: str | None = None
+    """vLLM's own logs (and its processes' output) go to this file (None: the console)."""
     max_batch: int = 32
     """HF engine: responses decoded together (k per sample)."""
     max_concurrency: int = 64
@@ -80,7 +82,7 @@ def local_source(model_path: str, engine: str, o: SourceOptions) -> Source:
     builder = PromptBuilder(FrameSource(vision, o.cache_dir, o.cache_mode), processor, family, spec,
                             render=partial(render_prompt, template_dir=o.template_dir))
     if engine == "vllm":
-        backend = AsyncEngineBackend(AsyncVLLMEngine(model_path, processor, dtype=o.dtype), o.max_concurrency)
+        backend = AsyncEngineBackend(AsyncVLLMEngine(model_path, processor, dtype=o.dtype, log_file=o.vllm_log), o.max_concurrency)
     elif engine == "hf":
         model = load_policy(model_path, dtype=o.dtype)
         model.eval()

@@ -86,6 +86,8 @@ def trajectories(data: str, out: str, source: Source, params: SamplingParams, k:
     finally:
         kept.close()
         rejected.close()
+    for path in (Path(out), rejected_path(out)):  # both exist, as the command says, even when one stays empty
+        path.touch()
     return summarize(out)
 
 

@@ -12,9 +12,14 @@ from easyvideor1.evaluation.adapters.base import ANNOTATION_DIRS
 from easyvideor1.evaluation.adapters.generic import FILE_SUFFIXES
 from easyvideor1.evaluation.compare import write_comparison
 from easyvideor1.evaluation.merge import merge_results
-from easyvideor1.evaluation.presets import EVAL_PRESETS, Overrides
+from easyvideor1.evaluation.presets import DEFAULT_DTYPE, DEFAULT_PRESET, EVAL_PRESETS, SOURCE_HELP, Overrides
 from easyvideor1.evaluation.report import markdown, summarize_run, write_report
 from easyvideor1.evaluation.results import SETTINGS_FILE
+
+
+ENGINE_CHOICES = ("auto", "vllm", "hf")
+FRAME_FLAGS = ("fps", "min_frames", "max_frames", "video_min_pixels", "video_max_pixels", "video_total_pixels",
+               "image_min_pixels", "image_max_pixels")  # Overrides' fields, as `cache`'s flags name them
 
 
 def _report(args: argparse.Namespace) -> int:
@@ -22,6 +27,11 @@ def _report(args: argparse.Namespace) -> int:
         _results_folder("RESULTS_DIR", folder)
     if args.compare:
         _results_folder("--compare", args.compare)
+    if args.label and not args.compare:
+        raise UserError(f"--label {' '.join(args.label)}: names the two runs of a comparison; "
+                        "give --compare OTHER_DIR too, or drop --label")
+    if args.label and (args.label[0] == args.label[1] or not all(x.strip() for x in args.label)):
+        raise UserError(f"--label {' '.join(map(repr, args.label))}: give two different, non-empty names")
     if len(args.results_dir) > 1 and not args.out:
         raise UserError("several results folders (the shards of one run) need --out for the merged folder")
     if args.out:
@@ -34,7 +44,7 @@ def _report(args: argparse.Namespace) -> int:
                   + ", ".join(f"{k} {v} rows" for k, v in counts.items()))
             results_dir = args.out
         if args.compare:
-            paths = write_comparison(results_dir, args.compare, args.out)
+            paths = write_comparison(results_dir, args.compare, args.out, labels=args.label)
         else:
             from easyvideor1.vision.cache import FrameSource  # imports torch: the page's frame thumbnails
 
@@ -87,10 +97,13 @@ def _eval(args: argparse.Namespace) -> int:
     benchmarks = _check_benchmarks(args.benchmarks, args.data_root)
     arguments.output_folder("--out", args.out)
     arguments.run_flags(args)
-    arguments.at_least(1, max_new_tokens=args.max_new_tokens, max_frames=args.max_frames,
-                       video_max_pixels=args.video_max_pixels, image_max_pixels=args.image_max_pixels,
-                       judge_concurrency=args.judge_concurrency, data_parallel=args.data_parallel,
-                       max_model_len=args.max_model_len, tensor_parallel_size=args.tensor_parallel_size)
+    if args.settings_from is not None and not Path(args.settings_from).exists():
+        raise UserError(f"--settings-from {args.settings_from}: no such file or folder; give {SOURCE_HELP}")
+    frames = {k: getattr(args, k) for k in FRAME_FLAGS}
+    arguments.at_least(1, max_new_tokens=args.max_new_tokens, judge_concurrency=args.judge_concurrency,
+                       data_parallel=args.data_parallel, max_model_len=args.max_model_len,
+                       tensor_parallel_size=args.tensor_parallel_size,
+                       **{k: v for k, v in frames.items() if k != "fps"})
     arguments.at_least(0, max_samples=args.max_samples, judge_retries=args.judge_retries)
     arguments.above(0, fps=args.fps, gpu_memory_utilization=args.gpu_memory_utilization)
     arguments.within(0, 1, gpu_memory_utilization=args.gpu_memory_utilization)
@@ -98,31 +111,43 @@ def _eval(args: argparse.Namespace) -> int:
         raise UserError(f"--judge-endpoint {args.judge_endpoint} needs --judge-model NAME (the judge's model name)")
     import logging
 
+    from easyvideor1.evaluation.carried import start
     from easyvideor1.evaluation.evaluator import Evaluator, options_from  # imports torch
+    from easyvideor1.rollout.base import pick_engine
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    begin = start(args.model, args.preset, args.settings_from,
+                  Overrides(max_new_tokens=args.max_new_tokens, **frames), args.template_dir, args.dtype)
+    print(begin.line())
+    engine, why = pick_engine(args.engine)
+    print(f"engine: {engine} ({why})")
+    vllm_log = None if args.verbose or engine != "vllm" else str(Path(args.out) / "vllm.log")
+    if vllm_log:
+        print(f"vLLM's own log: {vllm_log} (--verbose prints it here)")
     options = options_from(data_root=args.data_root, out_dir=args.out, cache_dir=args.cache_dir,
-                           cache_mode=args.cache_mode, template_dir=args.template_dir, max_samples=args.max_samples,
+                           cache_mode=args.cache_mode, template_dir=begin.template, max_samples=args.max_samples,
                            load_workers=args.load_workers, prefetch=args.prefetch, max_batch=args.max_batch,
-                           max_concurrency=args.max_concurrency, asynchronous=not args.no_async, dtype=args.dtype,
+                           max_concurrency=args.max_concurrency, asynchronous=not args.no_async, dtype=begin.dtype,
                            judge_endpoint=args.judge_endpoint, judge_model=args.judge_model,
                            judge_concurrency=args.judge_concurrency, judge_retries=args.judge_retries,
                            max_model_len=args.max_model_len, tensor_parallel_size=args.tensor_parallel_size,
                            enforce_eager=args.enforce_eager, gpu_memory_utilization=args.gpu_memory_utilization,
                            chunked_prefill=args.chunked_prefill, shard=args.shard,
-                           data_parallel=args.data_parallel)
-    overrides = Overrides(max_new_tokens=args.max_new_tokens, fps=args.fps, max_frames=args.max_frames,
-                          video_max_pixels=args.video_max_pixels, image_max_pixels=args.image_max_pixels)
+                           data_parallel=args.data_parallel, vllm_log=vllm_log, sources=begin.sources)
     tools = tuple(t for t in (args.tools or "").split(",") if t)
     if tools and options.data_parallel > 1:
         raise UserError("--tools runs with --data-parallel 1")
     if options.data_parallel > 1:
         from easyvideor1.evaluation.parallel import run_data_parallel
 
-        run_data_parallel(args.model, args.engine, args.preset, options, benchmarks, overrides)
+        run_data_parallel(args.model, engine, begin.preset, options, benchmarks, begin.overrides)
     else:  # a SettingsMismatch (another run's settings in --out) is a UserError
-        Evaluator(args.model, engine=args.engine, preset=args.preset, options=options,
-                  overrides=overrides, tools=tools).run(benchmarks)
+        evaluator = Evaluator(args.model, engine=engine, preset=begin.preset, options=options,
+                              overrides=begin.overrides, tools=tools)
+        try:
+            evaluator.run(benchmarks)
+        finally:
+            evaluator.close()
     print(markdown(summarize_run(args.out)))
     return 0
 
@@ -149,21 +174,34 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--model", required=True, help="local HF-format model folder")
     p.add_argument("--benchmarks", required=True, help="comma-separated names (videomme,mvbench,...) or sample files")
     p.add_argument("--data-root", default=None, help="folder holding the benchmark files and videos")
-    p.add_argument("--engine", choices=("vllm", "hf"), default="vllm", help="generation engine")
-    p.add_argument("--preset", default="qwen2_5_vl_greedy", choices=list(EVAL_PRESETS),
-                   help="frame budget + sampling preset (presets.py); `easyvideor1 cache --preset` takes the same names")
+    p.add_argument("--engine", choices=ENGINE_CHOICES, default="auto",
+                   help="generation engine; auto: vllm where a GPU and vLLM are present, else hf")
+    p.add_argument("--verbose", action="store_true",
+                   help="vLLM's own logs on the console (default: <out>/vllm.log)")
+    p.add_argument("--preset", default=None, choices=list(EVAL_PRESETS),
+                   help=f"frame budget + sampling preset (presets.py; default {DEFAULT_PRESET}); given, it replaces "
+                        "the settings the model carries. `easyvideor1 cache --preset` takes the same names")
+    p.add_argument("--settings-from", default=None, metavar="SRC",
+                   help=f"take the frames, prompt template, dtype and response length from SRC: {SOURCE_HELP} "
+                        "(default: the model's own easyvideor1.json when it has one)")
     p.add_argument("--max-new-tokens", type=int, default=None, help="response length limit (default: the preset's)")
-    p.add_argument("--fps", type=float, default=None, help="video frames sampled per second (default: the preset's)")
-    p.add_argument("--max-frames", type=int, default=None, help="most frames per video (default: the preset's)")
-    p.add_argument("--video-max-pixels", type=int, default=None,
-                   help="upper bound on H*W of each video frame (default: the preset's)")
-    p.add_argument("--image-max-pixels", type=int, default=None,
-                   help="upper bound on H*W of an image (default: the preset's)")
+    f = p.add_argument_group("frames (the flags of `easyvideor1 cache`; default: the model's settings or the "
+                             "preset's)")
+    f.add_argument("--fps", type=float, default=None, help="video frames sampled per second")
+    f.add_argument("--min-frames", type=int, default=None, help="fewest frames per video")
+    f.add_argument("--video-max-frames", "--max-frames", dest="max_frames", type=int, default=None,
+                   help="most frames per video")
+    f.add_argument("--video-min-pixels", type=int, default=None, help="lower bound on H*W of each video frame")
+    f.add_argument("--video-max-pixels", type=int, default=None, help="upper bound on H*W of each video frame")
+    f.add_argument("--video-total-pixels", type=int, default=None, help="budget over the whole video")
+    f.add_argument("--image-min-pixels", type=int, default=None, help="lower bound on H*W of an image")
+    f.add_argument("--image-max-pixels", type=int, default=None, help="upper bound on H*W of an image")
     p.add_argument("--out", default="runs/eval", help="results folder")
     p.add_argument("--cache-dir", default=None, help="frame cache built by `easyvideor1 cache`")
     p.add_argument("--cache-mode", choices=("prefer_cache", "cache_only", "realtime"), default="prefer_cache",
                    help="read the cache and fall back to decoding, require it, or always decode")
-    p.add_argument("--template-dir", default=None, help="prompt template overrides")
+    p.add_argument("--template-dir", default=None,
+                   help="prompt templates: a folder (a template per problem type) or one .jinja file for every sample")
     p.add_argument("--tools", default="", help="video tools the model may call, multi-turn (crop_video,zoom_frame); "
                                                "with --engine vllm, run batch by batch, not asynchronously")
     p.add_argument("--max-samples", type=int, default=0, help="per benchmark (0: all)")
@@ -173,7 +211,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--max-concurrency", type=int, default=64,
                    help="vLLM requests in flight (with --tools: prompts per batch of the tool loop)")
     p.add_argument("--no-async", action="store_true", help="the vanilla loop: load a batch, generate, repeat")
-    p.add_argument("--dtype", default="bfloat16", help="model dtype")
+    p.add_argument("--dtype", default=None, choices=arguments.DTYPE_NAMES,
+                   help=f"model dtype (default: the model's settings, or {DEFAULT_DTYPE})")
     p.add_argument("--judge-endpoint", default=None,
                    help="OpenAI-compatible URL of an LLM judge for open-ended answers (VCR-Bench, VideoReasonBench); "
                         "key from $OPENAI_API_KEY")
@@ -214,5 +253,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--compare", metavar="OTHER_DIR", default=None,
                    help="second results folder (B); deltas are RESULTS_DIR (A) - OTHER_DIR (B), verdicts "
                         "'A better' / 'B better' / 'no significant difference'")
+    p.add_argument("--label", nargs=2, metavar=("A_NAME", "B_NAME"), default=None,
+                   help="with --compare: the names of RESULTS_DIR (A) and OTHER_DIR (B) in the table, JSON, "
+                        "chart and verdicts (default: the two folders' names)")
     p.add_argument("--out", default=None, help="where to write the outputs (default: RESULTS_DIR)")
     p.set_defaults(func=_report)

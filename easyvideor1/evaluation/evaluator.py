@@ -52,7 +52,8 @@ from easyvideor1.rollout.base import SamplingParams
 from easyvideor1.rollout.tools.multiturn import ToolEngine, ToolLimits
 from easyvideor1.rollout.tools.registry import get_tools
 from easyvideor1.rollout.tools.video_tools import ClipSource
-from easyvideor1.vision.cache import FrameSource
+from easyvideor1.vision.cache import CacheMismatchError, FrameSource, cache_command
+from easyvideor1.vision.config import CACHE_FLAGS, VisionConfig
 from easyvideor1.vision.decode import probe_seconds
 
 log = logging.getLogger(__name__)
@@ -86,6 +87,8 @@ class EvalOptions:
     chunked_prefill: bool | None = None  # vLLM: split long prefills into chunks (None: vLLM's default)
     shard: tuple[int, int] | None = None  # (i, n): run only shard i of n (`shard_of`); merge with `report`
     data_parallel: int = 1  # engines, one worker process each (`parallel.run_data_parallel`)
+    vllm_log: str | None = None  # vLLM's own logs (and its processes' output) go to this file (None: the console)
+    sources: dict[str, Any] | None = None  # where the settings came from (`carried.Start.sources`), for settings.json
 
 
 def sampling_from(settings: EvalSettings) -> SamplingParams:
@@ -129,8 +132,12 @@ class Evaluator:
         except ValueError as e:
             raise ConfigError(str(e).replace("rollout.tools", "--tools")) from None
         self.settings = dataclasses.replace(self.settings, tools=",".join(self.tools))
+        try:
+            frames = FrameSource(self.settings.vision, o.cache_dir, o.cache_mode)
+        except CacheMismatchError as e:  # the flags that read this cache come first
+            raise CacheMismatchError(cache_hint(o.cache_dir, e.stored, self.settings.vision, str(e))) from None
         # each benchmark renders its own prompt text (`prepare`)
-        self.prompts = PromptBuilder(FrameSource(self.settings.vision, o.cache_dir, o.cache_mode), self.processor,
+        self.prompts = PromptBuilder(frames, self.processor,
                                      self.family, self.spec, tools=[t.schema() for t in self.tools.values()] or None)
         self.params = sampling_from(self.settings)
         sp = self.settings.sampling
@@ -140,6 +147,7 @@ class Evaluator:
             self.backend = AsyncEngineBackend(AsyncVLLMEngine(model_path, self.processor, dtype=o.dtype,
                                                               repetition_penalty=sp.repetition_penalty,
                                                               presence_penalty=sp.presence_penalty,
+                                                              log_file=o.vllm_log,
                                                               **vllm_engine_args(o, self.settings, config)),
                                               o.max_concurrency)
             self.engine = None
@@ -149,7 +157,7 @@ class Evaluator:
                 self.engine = VLLMEngine(model_path, dtype=o.dtype, enable_sleep_mode=False,
                                          limit_mm_per_prompt=limits.media_limits(MEDIA_LIMIT),
                                          repetition_penalty=sp.repetition_penalty,
-                                         presence_penalty=sp.presence_penalty,
+                                         presence_penalty=sp.presence_penalty, log_file=o.vllm_log,
                                          **vllm_engine_args(o, self.settings, config))
             else:
                 model = load_policy(model_path, dtype=o.dtype)
@@ -159,6 +167,13 @@ class Evaluator:
                 self.engine = ToolEngine(self.engine, self.processor, self.family, self.spec, self.tools,
                                          ClipSource(self.settings.vision), limits)
             self.backend = HFBatchBackend(self.engine, self.batch_size)
+
+    def close(self) -> None:
+        """Shut the engine down (vLLM's processes end here, not when the evaluator is collected)."""
+        if self.engine is not None:
+            self.engine.close()
+        else:
+            self.backend.close()
 
     def prepare(self, bench, sample) -> Prompt:
         """`sample`'s prompt with the benchmark's own prompt text (the shared prompt stage)."""
@@ -243,7 +258,20 @@ def eval_settings(model_path: str, engine: str, preset: str, o: EvalOptions, mod
                                prompt_template=o.template_dir or "builtin",
                                prompt_digest=template_digest(o.template_dir), judge=judge,
                                sampling=sampling, overrides=overrides)
+    settings = dataclasses.replace(settings, sources={**(o.sources or {}), "dtype": o.dtype})
     return dataclasses.replace(settings, vision=vision) if vision is not None else settings
+
+
+def cache_hint(cache_dir: str | None, stored: dict[str, Any], wanted: VisionConfig, message: str) -> str:
+    """A cache mismatch, first with the eval flags that read the cache as it is."""
+    fixed = ("grid_factor", "temporal_patch_size", "video_budget_is_total", "family")
+    if not stored or any(stored.get(k) != wanted.key_params()[k] for k in fixed):
+        return message  # built for another model family: only a new cache helps
+    flags = " ".join(f"{flag} {stored[name]:g}" if name == "fps" else f"{flag} {stored[name]}"
+                     for name, flag in CACHE_FLAGS.items() if name != "family" and name in stored)
+    return (f"{message.split('. Build')[0]}. To evaluate at the frames the cache holds, give eval its settings: "
+            f"`{flags}`; or leave out --cache-dir to decode at the settings asked for, or build a cache for them: "
+            f"`{cache_command(wanted, str(cache_dir).rstrip('/') + '-eval')}`.")
 
 
 def plan(benchmarks: list[str], settings: EvalSettings, o: EvalOptions

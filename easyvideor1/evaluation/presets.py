@@ -115,24 +115,56 @@ def get_preset(name: str) -> Preset:
 
 @dataclass(frozen=True)
 class Overrides:
-    """Command-line changes to a preset (`eval --max-new-tokens/--fps/...`); None keeps the
-    preset's value. They land in `EvalSettings`, so the settings hash records them."""
+    """Changes to a preset: a trained model's own settings (`models.model_settings`), then the
+    command line's (`eval --max-new-tokens/--fps/...`, the frame flags named as `cache`'s); None
+    keeps the preset's value. They land in `EvalSettings`, so the settings hash records them."""
 
     max_new_tokens: int | None = None
     """Response length limit, tokens."""
     fps: float | None = None
     """Frames sampled per second of video."""
+    min_frames: int | None = None
+    """Fewest frames sampled from a video."""
     max_frames: int | None = None
     """Most frames sampled from a video."""
+    video_min_pixels: int | None = None
+    """Lower bound on H*W of each video frame."""
     video_max_pixels: int | None = None
-    """Upper bound on H*W of each video frame (lowers the preset's minimum when below it)."""
+    """Upper bound on H*W of each video frame (lowers the minimum in force when below it)."""
+    video_total_pixels: int | None = None
+    """Budget over the whole video."""
+    image_min_pixels: int | None = None
+    """Lower bound on H*W of an image."""
     image_max_pixels: int | None = None
-    """Upper bound on H*W of an image (lowers the preset's minimum when below it)."""
+    """Upper bound on H*W of an image (lowers the minimum in force when below it)."""
+
+    def given(self) -> dict[str, Any]:
+        """The fields set, {name: value}."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if getattr(self, f.name) is not None}
 
     def flags(self) -> dict[str, Any]:
         """The overrides given, as {command-line flag: value}."""
-        return {f"--{f.name.replace('_', '-')}": getattr(self, f.name) for f in dataclasses.fields(self)
-                if getattr(self, f.name) is not None}
+        return {EVAL_FLAGS.get(k, "--" + k.replace("_", "-")): v for k, v in self.given().items()}
+
+    def over(self, base: Overrides) -> Overrides:
+        """These values on top of `base`'s (`layered`)."""
+        return Overrides(**layered(base.given(), self.given()))
+
+
+EVAL_FLAGS = {"max_frames": "--video-max-frames"}  # a field whose `eval` flag is not its name (cache's)
+# (minimum, maximum): a maximum given below the minimum in force lowers it, unless that is given too
+BOUNDS = (("min_frames", "max_frames"), ("video_min_pixels", "video_max_pixels"),
+          ("image_min_pixels", "image_max_pixels"))
+
+
+def layered(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    """`top`'s values over `base`'s. A maximum in `top` below `base`'s minimum lowers that minimum
+    with it (what asking for smaller frames means), unless `top` gives the minimum too."""
+    out = {**base, **top}
+    for lo, hi in BOUNDS:
+        if hi in top and lo not in top and lo in out and out[lo] > top[hi]:
+            out[lo] = top[hi]
+    return out
 
 
 def settings(preset: str, model_path: str, engine: str = "vllm", *,
@@ -147,18 +179,10 @@ def settings(preset: str, model_path: str, engine: str = "vllm", *,
     vision = dataclasses.replace(p.vision, family=family) if family else dataclasses.replace(p.vision)
     sampling = sampling or p.sampling
     o = overrides or Overrides()
-    vision_changes = {k: getattr(o, k) for k in ("fps", "max_frames", "video_max_pixels", "image_max_pixels")
-                      if getattr(o, k) is not None}
-    # a maximum below the preset's minimum lowers the minimum with it (what a user asking for
-    # small frames means); likewise a frame cap below the preset's fewest frames
-    if o.video_max_pixels is not None:
-        vision_changes["video_min_pixels"] = min(vision.video_min_pixels, o.video_max_pixels)
-    if o.image_max_pixels is not None:
-        vision_changes["image_min_pixels"] = min(vision.image_min_pixels, o.image_max_pixels)
-    if o.max_frames is not None and o.max_frames >= 1:
-        vision_changes["min_frames"] = min(vision.min_frames, o.max_frames)
+    frames = {k: v for k, v in o.given().items() if k != "max_new_tokens"}
     try:
-        vision = dataclasses.replace(vision, **vision_changes)
+        current = {k: getattr(vision, k) for k in frames.keys() | {k for pair in BOUNDS for k in pair}}
+        vision = dataclasses.replace(vision, **layered(current, frames))
         if o.max_new_tokens is not None:
             sampling = dataclasses.replace(sampling, max_new_tokens=o.max_new_tokens)
     except ValueError as e:
@@ -169,6 +193,11 @@ def settings(preset: str, model_path: str, engine: str = "vllm", *,
                         prompt_digest=prompt_digest, judge=judge)
 
 
+DEFAULT_PRESET = "qwen2_5_vl_greedy"  # `eval`'s, for a model that carries no settings of its own
+DEFAULT_DTYPE = "bfloat16"
+# What `eval --settings-from` takes (`carried.load_source`).
+SOURCE_HELP = ("a model folder carrying easyvideor1.json (written by train, demo and export), a training run or "
+               "demo folder, a checkpoint folder, or a training YAML config")
 TEXT_TOKENS = 2048  # room for the question, options, system prompt and chat template
 MEDIA_LIMIT = {"video": 1, "image": 2}  # media per prompt the vLLM engine is built for
 

@@ -119,6 +119,8 @@ def write_settings(results_dir: str | os.PathLike, settings: EvalSettings) -> No
     path = Path(results_dir) / SETTINGS_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
     data = {"hash": settings.hash, "protocol_hash": settings.protocol_hash, "settings": settings.flat()}
+    if settings.sources:
+        data["sources"] = settings.sources
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")
     tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     os.replace(tmp, path)

@@ -6,7 +6,8 @@ to dotted keys, plus two hashes of them:
 
 - `hash` covers everything. A resume must match it: mixing rows generated under two settings
   in one results file would make the scores meaningless.
-- `protocol_hash` covers everything except the model path. Comparing two models is only
+- `protocol_hash` covers everything except the model path and the template's path (its
+  digest stays). Comparing two models is only
   meaningful under the same protocol, so `report --compare` requires equal protocol hashes.
 
 A mismatch is refused with a message listing each differing setting and both values.
@@ -28,8 +29,10 @@ from easyvideor1.errors import UserError
 from easyvideor1.vision.config import VisionConfig
 
 ENGINES = ("vllm", "hf")
-# Keys left out of the protocol hash: what legitimately differs between compared runs.
-UNHASHED_KEYS = ("model_path",)
+# Keys left out of the protocol hash: what legitimately differs between compared runs. The
+# template's path is one: `prompt_digest` holds its files' names and contents (a model's copy
+# of a template and the original are one protocol).
+UNHASHED_KEYS = ("model_path", "prompt_template")
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,9 @@ class EvalSettings:
     empty: the ROUGE fallback of the open-ended scorer."""
     tools: str = ""
     """Video tools the model may call (`eval --tools`, comma-separated; empty: single-turn, unhashed)."""
+    sources: dict[str, Any] = field(default_factory=dict)
+    """Where the settings came from (preset, the model's carried settings, flags) and the dtype;
+    kept in settings.json, never hashed."""
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:

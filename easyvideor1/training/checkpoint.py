@@ -5,7 +5,9 @@ of the optimizer state that rank holds (`shards`: `model.rank00000.safetensors` 
 same for `optimizer`; under LoRA the trainable adapter parameters only), the optimizer's
 other state (`optimizer.json`: its parameter groups), and in `state.json` + `state.safetensors`
 the LR schedule, every RNG state of every rank, the trainer's own state (data-loader position,
-KL coefficient) and the step. No file is a pickle: a checkpoint from someone else can hold
+KL coefficient) and the step; `config.yaml` holds the run's whole config and `meta.json` the
+step, the process count and the working folder its relative paths are relative to, so
+`easyvideor1 export CHECKPOINT --out DIR` needs nothing else (`read_config`). No file is a pickle: a checkpoint from someone else can hold
 only data. A folder with an older version's `state.pt` (a pickle) is refused, never unpickled.
 
 No rank gathers the model or the optimizer: each writes its own shard, then the ranks wait
@@ -29,6 +31,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import yaml
 from safetensors.torch import load_file
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
@@ -39,13 +42,14 @@ from torch.distributed.checkpoint.state_dict import (
 )
 
 from easyvideor1 import distributed, testhooks
-from easyvideor1.config import CheckpointConfig
+from easyvideor1.config import CheckpointConfig, load_config
 from easyvideor1.errors import out_of_space
 from easyvideor1.models.lora import has_adapters, trainable_names
 from easyvideor1.training.shards import Shards, shard_files, write_shard
 from easyvideor1.training.state_files import StateFileError, read_state, write_state
 
 _NAME = re.compile(r"^step-(\d{6,})$")
+RUN_CONFIG_FILE = "config.yaml"  # the run's config, in each checkpoint
 _MARKERS = ("state.json", "state.pt")  # state.pt: an older version's pickle, listed so that it is refused
 
 
@@ -103,9 +107,11 @@ def _split_optimizer(tree: dict[str, Any]) -> tuple[dict[str, torch.Tensor], dic
 
 def save_checkpoint(root: str | os.PathLike, step: int, model: torch.nn.Module,
                     optimizer: torch.optim.Optimizer, scheduler: Any, trainer_state: dict[str, Any],
-                    keep: int = 2, timeout_minutes: float = CheckpointConfig.timeout_minutes) -> Path | None:
+                    keep: int = 2, timeout_minutes: float = CheckpointConfig.timeout_minutes,
+                    config: dict[str, Any] | None = None) -> Path | None:
     """Write checkpoint `step` under `root`: every rank writes its shards (all ranks call);
-    `timeout_minutes` bounds the wait for the slowest rank's write. Returns the folder on rank 0."""
+    `timeout_minutes` bounds the wait for the slowest rank's write; `config` (the run's config as
+    a dict) is written as `config.yaml`. Returns the folder on rank 0."""
     model_sd = _model_tensors(model)
     optim_tensors, optim_rest = _split_optimizer(get_optimizer_state_dict(model, optimizer, options=_sharded()))
     gathered = distributed.all_gather_objects((rng_state(), os.getpid()))  # every rank's, in rank order
@@ -121,7 +127,10 @@ def save_checkpoint(root: str | os.PathLike, step: int, model: torch.nn.Module,
             write_state(tmp, "optimizer", optim_rest)
             write_state(tmp, "state", {"scheduler": scheduler.state_dict() if scheduler else None,
                                        "rng": [r for r, _ in gathered], "trainer": trainer_state, "step": step})
-            (tmp / "meta.json").write_text(json.dumps({"step": step, "world": distributed.world_size()}))
+            if config is not None:
+                (tmp / RUN_CONFIG_FILE).write_text(yaml.safe_dump(json.loads(json.dumps(config)), sort_keys=False))
+            (tmp / "meta.json").write_text(json.dumps({"step": step, "world": distributed.world_size(),
+                                                       "cwd": os.getcwd()}))
     except Exception as e:  # noqa: BLE001 - every rank must learn of it (below), not hang in the barrier
         failure = out_of_space(e, tmp, "resume (checkpoint.resume=auto): the previous checkpoints are kept") or e
     wait = distributed.waiting_group(timeout_minutes)  # the slowest write is waited for here, not under NCCL
@@ -213,6 +222,48 @@ def load_checkpoint(path: str | os.PathLike, model: torch.nn.Module, optimizer: 
         scheduler.load_state_dict(state["scheduler"])
     set_rng_state(_rng_of_this_rank(state["rng"]))
     return state["trainer"]
+
+
+def is_checkpoint(path: str | os.PathLike) -> bool:
+    """Whether `path` is a checkpoint folder (`step-NNNNNN` with its state)."""
+    path = Path(path)
+    return path.is_dir() and any((path / m).exists() for m in _MARKERS)
+
+
+def read_meta(path: str | os.PathLike) -> dict[str, Any]:
+    """The checkpoint's `meta.json` ({} when absent)."""
+    try:
+        return json.loads((Path(path) / "meta.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+def named_by(folder: str | os.PathLike) -> Path | None:
+    """The checkpoint `folder` names: itself, or the newest of a run (`RUN/checkpoints/`) or of a
+    demo (`DEMO/train/checkpoints/`); None when it names none."""
+    if is_checkpoint(folder):
+        return Path(folder)
+    for root in (Path(folder) / "checkpoints", Path(folder) / "train" / "checkpoints"):
+        found = list_checkpoints(root)
+        if found:
+            return found[-1]
+    return None
+
+
+def recorded_config(path: str | os.PathLike, overrides: list[str] | None = None):
+    """The run's `Config` as checkpoint `path` recorded it (plus `overrides`), its relative paths
+    (model, templates) resolved against the folder the run started in; FileNotFoundError for a
+    checkpoint of a version that recorded none."""
+    file = Path(path) / RUN_CONFIG_FILE
+    if not file.is_file():
+        raise FileNotFoundError(f"{path} records no config ({RUN_CONFIG_FILE}; an older version wrote it)")
+    cfg = load_config(str(file), overrides)
+    cwd = Path(read_meta(path).get("cwd") or os.getcwd())
+    for section, key in (("model", "path"), ("data", "template_dir")):
+        value = getattr(getattr(cfg, section), key)
+        if value and not Path(value).is_absolute() and not Path(value).exists() and (cwd / value).exists():
+            setattr(getattr(cfg, section), key, str(cwd / value))
+    return cfg
 
 
 def read_weights(path: str | os.PathLike) -> dict[str, torch.Tensor]:

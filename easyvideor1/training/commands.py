@@ -35,8 +35,8 @@ def _check_paths(cfg, command: str) -> None:
     for key in ("train_files", "val_files") if command == "train" else ():
         for path in getattr(cfg.data, key):
             arguments.input_file(f"data.{key}", path)
-    for key in ("data_root", "template_dir"):
-        arguments.input_folder(f"data.{key}", getattr(cfg.data, key))
+    arguments.input_folder("data.data_root", cfg.data.data_root)
+    arguments.template("data.template_dir", cfg.data.template_dir)
     if cfg.data.cache_mode == "cache_only":
         arguments.input_folder("data.cache_dir", cfg.data.cache_dir or "",
                                "the frame cache `easyvideor1 cache` built (data.cache_mode=cache_only needs it)")
@@ -70,6 +70,7 @@ def _train(args: argparse.Namespace) -> int:
         raise UserError("set " + " and ".join(missing) + (f" in {path} or" if path else "") +
                         " on the command line (--help-config lists every field)")
     _check_paths(cfg, "train")
+    from easyvideor1.models import model_settings
     from easyvideor1.training.async_rollout import is_rollout_rank
     from easyvideor1.training.export import export_adapter, export_hf
     from easyvideor1.training.report import write_training_report
@@ -88,7 +89,10 @@ def _train(args: argparse.Namespace) -> int:
     if cfg.checkpoint.export_hf:
         path = export_hf(run, f"{cfg.logging.out_dir}/hf_model")
         if path:
+            model_settings.write(path, model_settings.settings_of(cfg, written_by="easyvideor1 train",
+                                                                  step=cfg.training.steps))
             print(f"HF model: {path}")
+            print(f"evaluate it: {eval_command(path)}")
         if cfg.model.lora.rank:
             path = export_adapter(run, f"{cfg.logging.out_dir}/adapter")
             if path:
@@ -97,34 +101,57 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    path, overrides = _split_config(args)
     arguments.output_folder("--out", args.out)
     if args.checkpoint is not None:
         arguments.input_folder("--checkpoint", args.checkpoint, "a checkpoint folder of the run")
+    folder = args.config if args.config and Path(args.config).is_dir() else None
+    path, overrides = _split_config(args) if folder is None else (None, list(args.overrides))
     from easyvideor1.config import load_config  # imports torch
+    from easyvideor1.training.checkpoint import list_checkpoints, named_by, read_meta, recorded_config
 
-    cfg = load_config(path, overrides)
+    checkpoint = args.checkpoint
+    if folder is not None:  # a checkpoint or a run: the config its checkpoint recorded
+        checkpoint = checkpoint or named_by(folder)
+        if checkpoint is None:
+            raise UserError(f"{folder}: neither a checkpoint (step-NNNNNN with state.json) nor a run folder with "
+                            "checkpoints/ (a train run's logging.out_dir, or a demo's --out); give one of them")
+        try:
+            cfg = recorded_config(checkpoint, overrides)
+        except FileNotFoundError as e:
+            raise UserError(f"{e}: give the run's config, `easyvideor1 export CONFIG [overrides] --checkpoint "
+                            f"{checkpoint} --out DIR`") from None
+    else:
+        cfg = load_config(path, overrides)
     if not cfg.model.path:
         raise UserError("set model.path (the base model the run trained from)")
     _check_paths(cfg, "export")
-    from easyvideor1.training.checkpoint import list_checkpoints
-
-    checkpoint = args.checkpoint
     if checkpoint is None:
         found = list_checkpoints(f"{cfg.logging.out_dir}/checkpoints")
         if not found:
             raise UserError(f"no checkpoint under {cfg.logging.out_dir}/checkpoints; give --checkpoint DIR "
                             "(or the run's logging.out_dir)")
         checkpoint = found[-1]
+    from easyvideor1.models import model_settings
     from easyvideor1.training.export import export_checkpoint  # imports transformers
 
     try:
         out = export_checkpoint(cfg, checkpoint, args.out, merge=args.merge)
     except (FileNotFoundError, ValueError) as e:  # a checkpoint that does not fit the config
         raise UserError(str(e)) from e
-    kind = "HF model" if args.merge or not cfg.model.lora.rank else "PEFT adapter"
-    print(f"{kind}: {out}")
+    full = args.merge or not cfg.model.lora.rank
+    if full:
+        model_settings.write(out, model_settings.settings_of(
+            cfg, written_by="easyvideor1 export", checkpoint=str(checkpoint), step=read_meta(checkpoint).get("step")))
+    print(f"{'HF model' if full else 'PEFT adapter'}: {out}")
+    if full:
+        print(f"evaluate it: {eval_command(out)}")
     return 0
+
+
+def eval_command(model: str | Path, data: str | None = None, out: str | None = None) -> str:
+    """The `easyvideor1 eval` line that scores `model` at the settings it carries."""
+    return (f"easyvideor1 eval --model {model} --benchmarks {data or 'FILE_OR_NAMES'}"
+            + (f" --out {out}" if out else ""))
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -180,11 +207,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_train)
 
     p = subparsers.add_parser("export", help="a training checkpoint as a PEFT adapter or a full HF model folder",
-                              description="Export a checkpoint of a run, given the run's config (and overrides): "
-                                          "a LoRA run's adapter as a PEFT folder, or with --merge (always for "
-                                          "full fine-tuning) a full HF model folder that AutoModelForImageText"
-                                          "ToText and vLLM load.")
-    p.add_argument("config", nargs="?", help="the run's YAML config; optional")
+                              description="Export a checkpoint of a run: a LoRA run's adapter as a PEFT folder, "
+                                          "or with --merge (always for full fine-tuning) a full HF model folder "
+                                          "that AutoModelForImageTextToText and vLLM load, with the settings "
+                                          "`eval` reads (easyvideor1.json). Give the checkpoint folder or the "
+                                          "run's folder (its newest checkpoint and the config it recorded), or "
+                                          "the run's config and overrides.")
+    p.add_argument("config", nargs="?", metavar="CHECKPOINT_OR_CONFIG",
+                   help="a checkpoint folder, a run folder (logging.out_dir, or a demo's --out), or the run's "
+                        "YAML config; optional")
     p.add_argument("overrides", nargs="*", help="dotted overrides, as given to train")
     p.add_argument("--checkpoint", default=None, help="checkpoint folder (default: the newest of the run)")
     p.add_argument("--out", required=True, help="output folder")
@@ -194,7 +225,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("demo", help="the embedded default: tiny model + synthetic video tasks, on CPU",
                               description="Build a tiny Qwen-VL model and the synthetic task suite, cache the "
                                           "frames, measure validation accuracy, train with GRPO + hybrid "
-                                          "groups, measure again, and write a report with plots. "
+                                          "groups, measure again, write a report with plots and the trained model (OUT/hf_model, "
+                                          "with the settings `eval` reads), and print the `eval` command for it. "
                                           "Threads as for every command (easyvideor1 --help).")
     p.add_argument("--out", default="runs/demo", help="output folder")
     p.add_argument("--steps", type=int, default=None,

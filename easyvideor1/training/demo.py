@@ -1,7 +1,8 @@
 """The embedded default: everything from nothing on a laptop CPU.
 
 tiny model -> synthetic tasks -> frame cache -> validation before -> GRPO + hybrid groups
--> validation after -> report (table beside chance levels, curves as PNG).
+-> validation after -> report (table beside chance levels, curves as PNG) -> the trained model
+as an HF folder carrying its settings (`hf_model/`), and the `eval` line that scores it.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ from easyvideor1.config import demo_config_path, load_config
 from easyvideor1.data.loading import load_samples
 from easyvideor1.data.synth import (CHANCE, DEMO_TOOLS_MIX, DEMO_TRAIN, DEMO_TRAIN_MIX, DEMO_VAL, OPT_IN_TASKS, TASKS,
                                    write_suite)
+from easyvideor1.models import model_settings
 from easyvideor1.models.tiny import build_tiny_model
+from easyvideor1.training.export import export_hf
 from easyvideor1.training.report import write_training_report
 from easyvideor1.training.setup import build_run
 from easyvideor1.training.trainer import train
@@ -93,7 +96,7 @@ class Eta:
 
     def __init__(self, began: float, steps: int, tail_s: float, first: int = ETA_FIRST):
         self.began, self.steps, self.tail_s = began, steps, tail_s
-        self.at = {min(first, steps)} | {steps * k // 4 for k in (1, 2, 3)}
+        self.at = ({min(first, steps)} | {steps * k // 4 for k in (1, 2, 3)}) - {steps}  # none once trained
         self.walls: list[float] = []
         self.warned = False
 
@@ -156,8 +159,22 @@ def run_demo(out: str | Path, steps: int | None = None, hybrid: bool = True, see
     (out / "train").mkdir(parents=True, exist_ok=True)
     (out / "train" / "demo_results.json").write_text(json.dumps({"before": before, "after": after}, indent=1))
     made = write_training_report(out / "train", extra_markdown="## Validation (greedy)\n\n" + table)
+    hf_model = export_hf(run, out / "hf_model") if cfg.checkpoint.export_hf else None
+    if hf_model is not None:
+        model_settings.write(hf_model, model_settings.settings_of(cfg, written_by="easyvideor1 demo",
+                                                                  step=cfg.training.steps))
     print(table)
     print(f"[demo] done in {(time.monotonic() - t0) / 60:.1f} min; report: {made['markdown']}")
     for name, path in made.items():
         print(f"  {name}: {path}")
+    if hf_model is not None:
+        print(f"  HF model (with the settings it was trained at, {model_settings.MODEL_SETTINGS_FILE}): {hf_model}")
+        print("[demo] next, score the trained model on the held-out file at its training settings:\n"
+              f"  {next_command(out)}")
     return after
+
+
+def next_command(out: Path) -> str:
+    """The `eval` line the demo prints: its model on its held-out file, frames from its cache."""
+    return (f"easyvideor1 eval --model {out / 'hf_model'} --benchmarks {out / 'data' / 'val.jsonl'} "
+            f"--cache-dir {out / 'cache'} --out {out / 'eval'}")

@@ -11,6 +11,7 @@ ranks are reduced where they are made (`distributed`); `StepMetrics` averages th
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import logging
@@ -22,8 +23,9 @@ from typing import Any
 
 import torch
 from tqdm import tqdm
+from tqdm.contrib.logging import logging_redirect_tqdm
 
-from easyvideor1 import distributed, testhooks
+from easyvideor1 import config_tree, distributed, testhooks
 from easyvideor1.algorithms import ADVANTAGES, kl_reward_penalty
 from easyvideor1.algorithms.kl import AdaptiveKLController, k1_sums
 from easyvideor1.config_tree import ConfigError
@@ -239,7 +241,7 @@ def checkpoint_run(run: Run, step: int) -> None:
     state = {"loader": run.loader.state_dict(), "kl_controller": run.kl.state_dict(), "step": step}
     ckpt.save_checkpoint(f"{run.cfg.logging.out_dir}/checkpoints", step, run.model, run.optimizer,
                          run.scheduler, state, keep=run.cfg.checkpoint.keep,
-                         timeout_minutes=run.cfg.checkpoint.timeout_minutes)
+                         timeout_minutes=run.cfg.checkpoint.timeout_minutes, config=config_tree.to_dict(run.cfg))
 
 
 def maybe_resume(run: Run) -> int:
@@ -279,8 +281,10 @@ def train(run: Run, on_step: Callable[[int, dict[str, Any]], None] | None = None
     start = maybe_resume(run)
     if run.remote is not None:
         run.remote.start(run.model, start, run.loader.state_dict())
+    bar = run.cfg.logging.progress and run.rank == 0
     try:
-        return _loop(run, start, on_step)
+        with logging_redirect_tqdm() if bar else contextlib.nullcontext():  # log lines above the bar, not in it
+            return _loop(run, start, on_step)
     finally:
         if run.remote is not None:
             run.remote.close()
@@ -312,7 +316,9 @@ def _loop(run: Run, start: int, on_step: Callable[[int, dict[str, Any]], None] |
         out_of_time = bool(cfg.training.max_minutes) and distributed.any_true(minutes_left <= 0)  # one decision
         if progress is not None:
             progress.update(1)
-            line = console_line(metrics, ("reward/all", "accuracy/all", "time/step"))
+            line = console_line(metrics, ("reward/all", "accuracy/all"))
+            if isinstance(metrics.get("time/step"), (int, float)):  # seconds per step, not a step number
+                line += f"  {metrics['time/step']:.3g}s/step"
             if cfg.training.max_minutes:  # the bar's ETA counts to training.steps; the budget may end first
                 line += f"  budget_left={max(0.0, minutes_left):.1f}min"
             progress.set_postfix_str(line)

@@ -48,7 +48,11 @@ class CacheError(RuntimeError):
 
 
 class CacheMismatchError(UserError, CacheError):
-    """A cache built with other parameters than the config asks for."""
+    """A cache built with other parameters than the config asks for (`stored`: the cache's)."""
+
+    def __init__(self, message: str, stored: dict[str, Any] | None = None):
+        super().__init__(message)
+        self.stored = stored or {}
 
 
 def source_identity(path: str, kind: str, content_hash: bool = False) -> dict[str, Any]:
@@ -178,7 +182,7 @@ def check_cache_config(cache_dir: str | os.PathLike, cfg: VisionConfig) -> dict[
             + f". Build a matching cache in a new folder with `{cache_command(cfg, fresh)}` (FILE: the "
               f"sample file, once per file) and use {fresh} instead, or change the run's vision "
               "settings (`eval --preset` and its frame options, or the training config's vision "
-              "section) to the cache's values.")
+              "section) to the cache's values.", stored=stored.get("params") or {})
     return stored
 
 

@@ -1,7 +1,7 @@
 """`cache` then `eval --cache-dir` as a new user runs them: a cache built with other parameters
-is one paragraph on stderr (no traceback) naming the differing fields and a `cache` command;
-that command, run as given, builds a cache `eval` then reads (cache_only); the frame and length
-options land in settings.json."""
+is one paragraph on stderr (no traceback) naming the differing fields, then the eval flags that
+read the cache as it is, then a `cache` command; each, run as given, makes an eval that reads
+every frame from a cache (cache_only); the frame and length options land in settings.json."""
 
 from __future__ import annotations
 
@@ -48,7 +48,17 @@ def test_cache_mismatch_is_one_paragraph_with_a_command_that_fixes_it(setup, tmp
     for field in ("fps: cache has 2.0, config has 1.0", "max_frames: cache has 128, config has 4",
                   "video_total_pixels: cache has 19267584, config has 90316800"):
         assert field in err
-    assert "video_max_pixels" not in err  # equal fields are not listed
+    assert "video_max_pixels: cache" not in err  # equal fields are not listed
+
+    # First proposed: the eval flags (`cache`'s names) that read this cache as it is.
+    flags = shlex.split(re.search(r"give eval its settings: `([^`]+)`", err).group(1))
+    assert flags[:2] == ["--fps", "2"] and "--video-total-pixels" in flags and "--video-min-pixels" in flags
+    as_cached = tmp_path / "as-cached"
+    assert cli.main(["eval", "--model", str(model), "--benchmarks", str(data), "--dtype", "float32", "--out",
+                     str(as_cached), "--cache-dir", str(cache), "--cache-mode", "cache_only", "--load-workers", "1",
+                     "--max-new-tokens", "6", *flags]) == 0
+    assert "engine: hf (auto: no GPU here" in capsys.readouterr().out
+    assert len((as_cached / "file-val.jsonl").read_text().splitlines()) == 3
 
     command = shlex.split(re.search(r"`(easyvideor1 cache [^`]+)`", err).group(1))
     fresh = command[command.index("--out") + 1]

@@ -101,12 +101,26 @@ def test_overrides_land_in_the_settings_and_their_hash():
     assert (flat["vision.video_min_pixels"], flat["vision.image_min_pixels"]) == (3136, 3136)
     assert flat["vision.min_frames"] == 4 and flat["vision.video_total_pixels"] == base.vision.video_total_pixels
     # each override alone changes the hash
-    singles = [presets.Overrides(**{k: v}) for k, v in dataclasses.asdict(o).items()]
+    singles = [presets.Overrides(**{k: v}) for k, v in o.given().items()]
     hashes = {presets.settings("qwen2_5_vl_greedy", "m", overrides=s).hash for s in singles}
     assert len(hashes | {base.hash}) == len(singles) + 1
     assert presets.settings("qwen2_5_vl_greedy", "m", overrides=presets.Overrides()).hash == base.hash
-    assert o.flags() == {"--max-new-tokens": 64, "--fps": 1.0, "--max-frames": 16, "--video-max-pixels": 3136,
-                         "--image-max-pixels": 6272}
+    assert o.flags() == {"--max-new-tokens": 64, "--fps": 1.0, "--video-max-frames": 16, "--video-max-pixels": 3136,
+                         "--image-max-pixels": 6272}  # the flags `cache` names them by
+
+
+def test_flags_over_a_models_settings_keep_the_budget_consistent():
+    """`eval` lays the flags over the settings a model carries (`carried.start`): a maximum below
+    the carried minimum lowers it, unless the flags give the minimum too; the rest is carried."""
+    carried = presets.Overrides(max_new_tokens=40, fps=2.0, min_frames=4, max_frames=8, video_min_pixels=3136,
+                                video_max_pixels=12544, video_total_pixels=200704, image_min_pixels=3136,
+                                image_max_pixels=12544)
+    got = presets.Overrides(video_max_pixels=1568, max_frames=2).over(carried)
+    assert (got.video_max_pixels, got.video_min_pixels, got.max_frames, got.min_frames) == (1568, 1568, 2, 2)
+    assert (got.fps, got.max_new_tokens, got.image_min_pixels, got.video_total_pixels) == (2.0, 40, 3136, 200704)
+    assert presets.Overrides(video_max_pixels=1568, video_min_pixels=784).over(carried).video_min_pixels == 784
+    flat = presets.settings("qwen2_5_vl_greedy", "m", overrides=got).flat()
+    assert (flat["vision.video_min_pixels"], flat["vision.video_max_pixels"], flat["vision.min_frames"]) == (1568, 1568, 2)
 
 
 def test_impossible_override_names_the_flag():
