@@ -38,7 +38,10 @@ class Start:
         if self.sources["carried"]:
             return (f"settings from {self.sources['carried']} (frames, prompt template, dtype, response length)"
                     f"{'; flags override: ' + flags if flags else '; flags override'}")
-        return f"settings of preset {self.preset}" + (f"; flags override: {flags}" if flags else "")
+        unused = self.sources.get("not_used")
+        return (f"settings of preset {self.preset}" + (f" (not the model's own in {unused}: --preset given)"
+                                                        if unused else "")
+                + (f"; flags override: {flags}" if flags else ""))
 
 
 def load_source(src: str, flag: str = "--settings-from") -> tuple[ModelSettings, str]:
@@ -64,12 +67,15 @@ def load_source(src: str, flag: str = "--settings-from") -> tuple[ModelSettings,
 def start(model: str, preset: str | None, settings_from: str | None, flags: Overrides, template: str | None,
           dtype: str | None) -> Start:
     """The run's preset, overrides, template and dtype (module docstring: the order)."""
-    carried, origin = None, None
+    carried, origin, unused = None, None, None
+    own = Path(model) / model_settings.MODEL_SETTINGS_FILE
     if settings_from:
         carried, origin = load_source(settings_from)
     elif preset is None:
         carried = model_settings.read(model)
-        origin = str(Path(model) / model_settings.MODEL_SETTINGS_FILE) if carried else None
+        origin = str(own) if carried else None
+    elif own.is_file():
+        unused = str(own)
     overrides = flags
     if carried is not None:
         overrides = flags.over(Overrides(max_new_tokens=carried.max_new_tokens, **carried.vision))
@@ -78,4 +84,5 @@ def start(model: str, preset: str | None, settings_from: str | None, flags: Over
     return Start(preset=preset or DEFAULT_PRESET, overrides=overrides,
                  template=template or (carried.template if carried else None),
                  dtype=dtype or (carried.dtype if carried else DEFAULT_DTYPE),
-                 sources={"preset": preset or DEFAULT_PRESET, "carried": origin, "flags": given})
+                 sources={"preset": preset or DEFAULT_PRESET, "carried": origin, "flags": given,
+                          **({"not_used": unused} if unused else {})})

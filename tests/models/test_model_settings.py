@@ -68,6 +68,8 @@ def test_eval_starts_from_the_models_settings_unless_a_preset_or_another_source_
     preset = start(str(model), "qwen3_vl", None, Overrides(), None, "bfloat16")  # the preset's protocol
     assert (preset.overrides, preset.template, preset.dtype, preset.sources["carried"]) == (Overrides(), None,
                                                                                              "bfloat16", None)
+    assert preset.line() == (f"settings of preset qwen3_vl (not the model's own in {carried}: --preset given); "
+                             "flags override: --dtype bfloat16")
     base = tmp_path / "base"
     base.mkdir()
     other = start(str(base), None, str(model), Overrides(), None, None)  # a base model at a trained one's settings
