@@ -84,6 +84,7 @@ LONGEST_FILES = (
     "tests/data/test_bad_corpus.py",
     "tests/evaluation/test_eval_lock.py",
     "tests/evaluation/test_pipeline_hf.py",
+    "tests/test_docs_run.py",  # getting-started and the README tour as processes (~45 s)
     "tests/rollout/test_vllm_tools.py",
     "tests/rollout/test_vllm_context.py",
     "tests/training/test_memory_plan.py",

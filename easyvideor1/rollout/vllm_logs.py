@@ -5,9 +5,11 @@ while importing) and from the processes it starts: the engine core, its workers 
 multiprocessing resource tracker, which prints `leaked shared_memory objects` when the
 program ends. Those processes write to the stdout/stderr they inherited when started, so:
 
-- `starting()` wraps vLLM's import and the engine's construction: fds 1 and 2 (and sys.stdout /
-  sys.stderr) point at the file (appended) for that block only, so every process started in it
-  writes there for its whole life (logging, print, tqdm, C++ warnings); then they are restored;
+- `starting()` wraps vLLM's import and the engine's construction: fds 1 and 2 point at the file
+  (appended) for that block only, so every process started in it writes there for its whole life
+  (logging, print, tqdm, C++ warnings), and so does this process's output in the block where
+  sys.stdout / sys.stderr write to fds 1 / 2 (a command; not under pytest's capture or in a
+  notebook, whose streams are left alone); then the fds are restored;
 - the `vllm` logger of this process writes to the file (vLLM's formatter), not propagating, from
   the block on: requests, warnings and shutdown lines (`force killing ...`);
 - `release()` (at the engine's close, after its shutdown) gives the `vllm` logger back its handlers.
@@ -42,27 +44,19 @@ class VLLMOutput:
             yield
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        streams = sys.stdout, sys.stderr
-        for stream in streams:
-            stream.flush()
+        _flush()
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         saved = os.dup(1), os.dup(2)
         try:
             os.dup2(fd, 1)
             os.dup2(fd, 2)
-            # Python's writes too where sys.stdout/err are not fds 1/2 (pytest's capture, notebooks).
-            # Left open: a stream handler vLLM makes here writes to fd 1 after the block, as usual.
-            sys.stdout, sys.stderr = (open(n, "w", buffering=1, encoding="utf-8", errors="backslashreplace",
-                                           closefd=False) for n in (1, 2))
             self._to_file()  # what vLLM logs before it configures its logger (while importing)
             yield
         except Exception as e:
             e.add_note(f"vLLM's log: {self.path}")
             raise
         finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            sys.stdout, sys.stderr = streams
+            _flush()  # what Python buffered in the block goes to the file, not after it
             for target, copy in zip((1, 2), saved):
                 os.dup2(copy, target)
                 os.close(copy)
@@ -92,3 +86,12 @@ class VLLMOutput:
         if self._handler is not None:
             self._handler.close()
             self._handler = None
+
+
+def _flush() -> None:
+    """sys.stdout and sys.stderr flushed; one closed by the code in the block is skipped."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass

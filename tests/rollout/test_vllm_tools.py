@@ -3,7 +3,8 @@ with one placeholder per medium (a clip mid-sequence) and vLLM expands it to the
 exactly; the trainer's log-probs of the multi-turn response equal vLLM's within 1e-4, and its
 greedy tokens equal the HF engine's tool loop. A sample offered no tool (record `tools: []`) in the
 same batch answers in one turn, its call left as text. The engine (in process, as `vllm_env` sets)
-writes its log to a file (`log_file`, as `eval --tools` does): nothing of vLLM's on the console."""
+writes its log to a file (`log_file`, as `eval --tools` does); the console of a command that does
+so is checked in tests/evaluation/test_pipeline_vllm.py (here pytest holds the streams)."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ FAMILY = "qwen2_5_vl"
 LIMITS = ToolLimits(max_turns=3, call_visual_tokens=64, response_visual_tokens=256)
 
 
-def test_vllm_multiturn_logprobs_match_the_trainer(vllm_env, tmp_path, capfd):
+def test_vllm_multiturn_logprobs_match_the_trainer(vllm_env, tmp_path):
     from easyvideor1.rollout.vllm_engine import VLLMEngine
 
     path = build_vllm_tiny(FAMILY, tmp_path / "model")
@@ -39,7 +40,6 @@ def test_vllm_multiturn_logprobs_match_the_trainer(vllm_env, tmp_path, capfd):
     none = tool_prompt(tiny, clip, "none", tools=("crop_video",), sample_tools=[])
     model = taught(tiny, prompt, CALL)
     log = tmp_path / "out" / "vllm.log"  # in a folder not there yet
-    capfd.readouterr()
     engine = VLLMEngine(path, dtype="float32", max_model_len=2048, limit_mm_per_prompt={"video": 3, "image": 2},
                         log_file=log)
     try:
@@ -50,9 +50,7 @@ def test_vllm_multiturn_logprobs_match_the_trainer(vllm_env, tmp_path, capfd):
         group, (plain,) = tools.generate([prompt, none], 1, params)
     finally:
         engine.close()
-    console = "".join(capfd.readouterr())
-    assert not re.search(r"pid=\d+\) [A-Z]+ |\bvllm(\.\w+)+: |Triton", console), console[-3000:]
-    assert re.search(r"pid=\d+\) INFO .*Resolved architecture", log.read_text()), log.read_text()[-3000:]
+    assert re.search(r"pid=\d+\) INFO .*Reloading weights inplace", log.read_text()), log.read_text()[-3000:]
     assert not any(getattr(h, "baseFilename", None) == str(log) for h in logging.getLogger("vllm").handlers)
     (multi,) = group
     assert multi.turn_texts[0] == CALL and multi.tool_calls[0].error is None and multi.media is not None
