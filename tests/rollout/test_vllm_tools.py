@@ -50,7 +50,8 @@ def test_vllm_multiturn_logprobs_match_the_trainer(vllm_env, tmp_path):
         group, (plain,) = tools.generate([prompt, none], 1, params)
     finally:
         engine.close()
-    assert re.search(r"pid=\d+\) INFO .*Reloading weights inplace", log.read_text()), log.read_text()[-3000:]
+    # logged at each weight sync, after the engine started (vLLM logs some lines only once a process)
+    assert re.search(r"pid=\d+\) INFO .*Successfully reset prefix cache", log.read_text()), log.read_text()[-3000:]
     assert not any(getattr(h, "baseFilename", None) == str(log) for h in logging.getLogger("vllm").handlers)
     (multi,) = group
     assert multi.turn_texts[0] == CALL and multi.tool_calls[0].error is None and multi.media is not None
