@@ -202,6 +202,8 @@ class TrainingConfig:
     """Stop after this many minutes of training (0: no limit)."""
     max_staleness: int = 0
     """Separate placement: batch s is generated with the weights after step s-1-k (0: on-policy)."""
+    collective_timeout_minutes: float = 120.0
+    """Limit of one collective of the trainer world and the weight groups (NCCL's default 10 min aborts long steps)."""
 
 
 @dataclass
@@ -277,6 +279,8 @@ class Config:
                              f"got {t.micro_batch_tokens}")
         if t.sequence_parallel_size < 1:
             raise ValueError(f"training.sequence_parallel_size must be >= 1 (1: off), got {t.sequence_parallel_size}")
+        if not t.collective_timeout_minutes > 0:
+            raise ValueError(f"training.collective_timeout_minutes must be > 0, got {t.collective_timeout_minutes}")
         if not 0.0 <= t.lr_decay_start < 1.0:
             raise ValueError(f"training.lr_decay_start must be in [0, 1) (a fraction of the steps), got {t.lr_decay_start}")
         if self.hybrid.enable and self.rollout.n < 2:

@@ -103,7 +103,6 @@ log = logging.getLogger(__name__)
 
 KEY_ENV = "EASYVIDEOR1_ROLLOUT_KEY"  # the connection's key (hex), handed to the rollout process
 POLL_S = 0.05  # how often a wait looks at the other process
-GROUP_TIMEOUT = datetime.timedelta(hours=2)  # the pair's own limit; liveness polling ends waits first
 SEND_WINDOW_BYTES = 512 * 2**20  # weight broadcasts in flight at once (the sender's extra memory)
 PAIR_PREFIX = "rollout-pair/"  # the weight group's keys in the store (torchrun's, or the trainer's)
 POOL_PREFIX = "rollout-pool/"  # rollout.processes > 1: the rollout processes' own default group
@@ -208,12 +207,31 @@ def trainer_shares(scored: ScoredGroups, batch: list[Sample], trainers: int, cfg
             for r, part in enumerate(parts)]
 
 
-def weight_group(store: dist.Store, rank: int, size: int, device: torch.device) -> Any:
+def rollout_env(env: dict[str, str], index: int, processes: int) -> dict[str, str]:
+    """The environment of spawned rollout process `index`: on GPUs, only its own device visible
+    (the one after the trainer's, and the ones before it), so every engine it builds lands there:
+    vLLM's one-process executor takes device 0 of what it sees, whatever `set_device` said. One
+    GPU for the trainer and each rollout process, or a one-line error before anything starts."""
+    if not torch.cuda.is_available():
+        return env
+    visible = [d for d in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()] or \
+        [str(k) for k in range(torch.cuda.device_count())]
+    if len(visible) < 1 + processes:
+        raise ConfigError(f"rollout.placement=separate needs a GPU for the trainer and one for each of its "
+                          f"{processes} rollout process(es), {1 + processes} in all; this process sees {len(visible)} "
+                          "(two processes on one GPU cannot share NCCL's weight broadcasts): use "
+                          "rollout.placement=colocated, or fewer rollout.processes")
+    return {**env, "CUDA_VISIBLE_DEVICES": visible[1 + index]}
+
+
+def weight_group(store: dist.Store, rank: int, size: int, device: torch.device, timeout_minutes: float) -> Any:
     """Trainer rank 0 (rank 0) and the `size` - 1 rollout processes (rank 1 + i): a process group
-    of their own, for the weight broadcasts."""
+    of their own, for the weight broadcasts. A broadcast may wait `timeout_minutes`
+    (`training.collective_timeout_minutes`; NCCL's default of 10 min would abort a long step)."""
+    timeout = datetime.timedelta(minutes=timeout_minutes)
     if device.type == "cuda":
-        return dist.ProcessGroupNCCL(store, rank, size)
-    return serial_gloo_group(store, rank, size, GROUP_TIMEOUT)  # one worker thread: distributed.py says why
+        return dist.ProcessGroupNCCL(store, rank, size, timeout)
+    return serial_gloo_group(store, rank, size, timeout)  # one worker thread: distributed.py says why
 
 
 def wait_work(work: Any, alive, what: str) -> None:
@@ -287,7 +305,8 @@ class RemoteRollouts:
         env = {**os.environ, "OMP_NUM_THREADS": str(threads), KEY_ENV: key.hex()}
         for i in range(n):
             self.processes.append(subprocess.Popen([sys.executable, "-m", "easyvideor1.training.rollout_process",
-                                                    str(listener.address[1]), str(os.getpid()), str(i)], env=env))
+                                                    str(listener.address[1]), str(os.getpid()), str(i)],
+                                                   env=rollout_env(env, i, n)))
             log.info("%s started", self.peer(i))
         log.info("separate placement: %d rollout process(es), max_staleness %d, %d thread(s) each", n,
                  t.max_staleness, threads)
@@ -318,7 +337,8 @@ class RemoteRollouts:
         for conn in conns:
             conn.send_bytes(data)
         names = [self._message("hello", i)["names"] for i in range(len(conns))]  # built: join the weight group
-        self.group = None if pair is None else weight_group(pair, 0, len(conns) + 1, self.device)
+        self.group = None if pair is None else weight_group(pair, 0, len(conns) + 1, self.device,
+                                                            self.cfg.training.collective_timeout_minutes)
         self.params = dict(model.named_parameters())
         missing = [n for n in names[0] if n not in self.params]
         if missing or any(other != names[0] for other in names):

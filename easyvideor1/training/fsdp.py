@@ -20,6 +20,7 @@ gathers them in the compute dtype for each forward and reduces gradients in floa
 
 from __future__ import annotations
 
+import datetime
 import os
 import types
 
@@ -32,7 +33,8 @@ from easyvideor1.models.logprobs import HEAD_PASS, run_head_pass
 TRAINERS_PREFIX = "trainers/"  # the trainer ranks' world under separate rollout placement (torchrun's store)
 
 
-def init_distributed(need_group: bool = False, rollout_ranks: int = 0) -> tuple[int, int, torch.device]:
+def init_distributed(need_group: bool = False, rollout_ranks: int = 0,
+                     timeout_minutes: float = 120.0) -> tuple[int, int, torch.device]:
     """Join the process group when launched by torchrun (any world size), or, with `need_group`,
     make a group of one rank in this process (FSDP2 needs one for its mixed-precision policy).
     With `rollout_ranks` R (separate rollout placement under torchrun) the group is the trainer
@@ -40,6 +42,7 @@ def init_distributed(need_group: bool = False, rollout_ranks: int = 0) -> tuple[
     ranks never join it (`training.async_rollout`), so every collective below sees trainers only.
 
     Returns (rank, world, device): the rank's GPU (LOCAL_RANK) when CUDA is there, else the CPU.
+    Every collective of the group may wait `timeout_minutes` (`training.collective_timeout_minutes`).
     """
     launched = "RANK" in os.environ and "WORLD_SIZE" in os.environ
     on_gpu = torch.cuda.is_available()
@@ -50,14 +53,15 @@ def init_distributed(need_group: bool = False, rollout_ranks: int = 0) -> tuple[
         device = torch.device("cpu")
     if not dist.is_initialized() and (launched or need_group):
         backend = "nccl" if on_gpu else distributed.CPU_BACKEND
+        timeout = datetime.timedelta(minutes=timeout_minutes)
         if launched and rollout_ranks:
             store = dist.PrefixStore(TRAINERS_PREFIX, distributed.launch_store())
             distributed.init_process_group(backend, store=store, rank=int(os.environ["RANK"]),
-                                           world_size=int(os.environ["WORLD_SIZE"]) - rollout_ranks)
+                                           world_size=int(os.environ["WORLD_SIZE"]) - rollout_ranks, timeout=timeout)
         elif launched:
-            distributed.init_process_group(backend)
+            distributed.init_process_group(backend, timeout=timeout)
         else:  # one process, no launcher: an in-memory store, nothing listens on a port
-            distributed.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+            distributed.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout)
     rank = dist.get_rank() if dist.is_initialized() else 0
     world = dist.get_world_size() if dist.is_initialized() else 1
     return rank, world, device

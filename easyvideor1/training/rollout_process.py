@@ -162,7 +162,7 @@ def serve(run: Run, store: dist.Store, start: int, loader_state: dict, trainers:
     named = dict(run.model.named_parameters())
     for conn in trainers:
         send(conn, {"kind": "hello", "names": list(named)})
-    group = weight_group(store, 1 + pool.index, 1 + pool.size, run.ctx.device)
+    group = weight_group(store, 1 + pool.index, 1 + pool.size, run.ctx.device, cfg.training.collective_timeout_minutes)
     params = [p.detach() for p in named.values()]
 
     def hung_up(what: str, within: float = 0.0) -> None:  # a trainer sends nothing after its job: readable means closed
@@ -211,7 +211,8 @@ def serve(run: Run, store: dist.Store, start: int, loader_state: dict, trainers:
 
 
 def rollout_device(local_rank: int) -> torch.device:
-    """The rollout side's GPU (`local_rank` modulo the GPUs here), else the CPU."""
+    """The rollout side's GPU (`local_rank` modulo the GPUs here; a spawned rollout process sees
+    only its own, `async_rollout.rollout_env`), else the CPU."""
     if not torch.cuda.is_available():
         return torch.device("cpu")
     device = torch.device("cuda", local_rank % torch.cuda.device_count())

@@ -170,7 +170,8 @@ def build_run(cfg: Config) -> Run:
     # policy is what keeps float32 master weights beside bf16 compute.
     check_placement(cfg, distributed.launched()[1])
     # under torchrun with separate placement the last ranks are rollout ranks: not in this world
-    rank, world, device = init_distributed(need_group=compute_dtype != torch.float32, rollout_ranks=rollout_ranks(cfg))
+    rank, world, device = init_distributed(need_group=compute_dtype != torch.float32, rollout_ranks=rollout_ranks(cfg),
+                                           timeout_minutes=cfg.training.collective_timeout_minutes)
     seed_everything(cfg.training.seed)
     t = cfg.training
     dp_world = data_parallel(cfg, rank, world).world  # processes / sequence_parallel_size
