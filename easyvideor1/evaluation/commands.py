@@ -15,11 +15,10 @@ from easyvideor1.evaluation.merge import merge_results
 from easyvideor1.evaluation.presets import DEFAULT_DTYPE, DEFAULT_PRESET, EVAL_PRESETS, SOURCE_HELP, Overrides
 from easyvideor1.evaluation.report import markdown, summarize_run, write_report
 from easyvideor1.evaluation.results import SETTINGS_FILE
+from easyvideor1.models.model_settings import VISION_KEYS
 
 
 ENGINE_CHOICES = ("auto", "vllm", "hf")
-FRAME_FLAGS = ("fps", "min_frames", "max_frames", "video_min_pixels", "video_max_pixels", "video_total_pixels",
-               "image_min_pixels", "image_max_pixels")  # Overrides' fields, as `cache`'s flags name them
 
 
 def _report(args: argparse.Namespace) -> int:
@@ -99,7 +98,7 @@ def _eval(args: argparse.Namespace) -> int:
     arguments.run_flags(args)
     if args.settings_from is not None and not Path(args.settings_from).exists():
         raise UserError(f"--settings-from {args.settings_from}: no such file or folder; give {SOURCE_HELP}")
-    frames = {k: getattr(args, k) for k in FRAME_FLAGS}
+    frames = {k: getattr(args, k) for k in VISION_KEYS}  # `cache`'s flags, Overrides' fields
     arguments.at_least(1, max_new_tokens=args.max_new_tokens, judge_concurrency=args.judge_concurrency,
                        data_parallel=args.data_parallel, max_model_len=args.max_model_len,
                        tensor_parallel_size=args.tensor_parallel_size,

@@ -135,7 +135,7 @@ class Evaluator:
         try:
             frames = FrameSource(self.settings.vision, o.cache_dir, o.cache_mode)
         except CacheMismatchError as e:  # the flags that read this cache come first
-            raise CacheMismatchError(cache_hint(o.cache_dir, e.stored, self.settings.vision, str(e))) from None
+            raise CacheMismatchError(cache_hint(o.cache_dir, e, self.settings.vision)) from None
         # each benchmark renders its own prompt text (`prepare`)
         self.prompts = PromptBuilder(frames, self.processor,
                                      self.family, self.spec, tools=[t.schema() for t in self.tools.values()] or None)
@@ -262,14 +262,15 @@ def eval_settings(model_path: str, engine: str, preset: str, o: EvalOptions, mod
     return dataclasses.replace(settings, vision=vision) if vision is not None else settings
 
 
-def cache_hint(cache_dir: str | None, stored: dict[str, Any], wanted: VisionConfig, message: str) -> str:
+def cache_hint(cache_dir: str | None, e: CacheMismatchError, wanted: VisionConfig) -> str:
     """A cache mismatch, first with the eval flags that read the cache as it is."""
     fixed = ("grid_factor", "temporal_patch_size", "video_budget_is_total", "family")
+    stored = e.stored
     if not stored or any(stored.get(k) != wanted.key_params()[k] for k in fixed):
-        return message  # built for another model family: only a new cache helps
+        return str(e)  # built for another model family: only a new cache helps
     flags = " ".join(f"{flag} {stored[name]:g}" if name == "fps" else f"{flag} {stored[name]}"
                      for name, flag in CACHE_FLAGS.items() if name != "family" and name in stored)
-    return (f"{message.split('. Build')[0]}. To evaluate at the frames the cache holds, give eval its settings: "
+    return (f"{e.detail}. To evaluate at the frames the cache holds, give eval its settings: "
             f"`{flags}`; or leave out --cache-dir to decode at the settings asked for, or build a cache for them: "
             f"`{cache_command(wanted, str(cache_dir).rstrip('/') + '-eval')}`.")
 

@@ -7,8 +7,8 @@ other state (`optimizer.json`: its parameter groups), and in `state.json` + `sta
 the LR schedule, every RNG state of every rank, the trainer's own state (data-loader position,
 KL coefficient) and the step; `config.yaml` holds the run's whole config and `meta.json` the
 step, the process count and the working folder its relative paths are relative to, so
-`easyvideor1 export CHECKPOINT --out DIR` needs nothing else (`read_config`). No file is a pickle: a checkpoint from someone else can hold
-only data. A folder with an older version's `state.pt` (a pickle) is refused, never unpickled.
+`easyvideor1 export CHECKPOINT --out DIR` needs nothing else (`recorded_config`). No file is a
+pickle: a checkpoint from someone else can hold only data. A folder with an older version's `state.pt` (a pickle) is refused, never unpickled.
 
 No rank gathers the model or the optimizer: each writes its own shard, then the ranks wait
 for each other on a CPU group whose timeout is `checkpoint.timeout_minutes` (a slow write does

@@ -70,9 +70,8 @@ def _train(args: argparse.Namespace) -> int:
         raise UserError("set " + " and ".join(missing) + (f" in {path} or" if path else "") +
                         " on the command line (--help-config lists every field)")
     _check_paths(cfg, "train")
-    from easyvideor1.models import model_settings
     from easyvideor1.training.async_rollout import is_rollout_rank
-    from easyvideor1.training.export import export_adapter, export_hf
+    from easyvideor1.training.export import eval_command, export_adapter, export_model
     from easyvideor1.training.report import write_training_report
     from easyvideor1.training.rollout_process import serve_rank
     from easyvideor1.training.setup import build_run
@@ -87,10 +86,8 @@ def _train(args: argparse.Namespace) -> int:
         made = write_training_report(cfg.logging.out_dir)
         print(f"report: {made['markdown']}")
     if cfg.checkpoint.export_hf:
-        path = export_hf(run, f"{cfg.logging.out_dir}/hf_model")
+        path = export_model(run, f"{cfg.logging.out_dir}/hf_model", "easyvideor1 train")
         if path:
-            model_settings.write(path, model_settings.settings_of(cfg, written_by="easyvideor1 train",
-                                                                  step=cfg.training.steps))
             print(f"HF model: {path}")
             print(f"evaluate it: {eval_command(path)}")
         if cfg.model.lora.rank:
@@ -132,7 +129,7 @@ def _export(args: argparse.Namespace) -> int:
                             "(or the run's logging.out_dir)")
         checkpoint = found[-1]
     from easyvideor1.models import model_settings
-    from easyvideor1.training.export import export_checkpoint  # imports transformers
+    from easyvideor1.training.export import eval_command, export_checkpoint  # imports transformers
 
     try:
         out = export_checkpoint(cfg, checkpoint, args.out, merge=args.merge)
@@ -146,12 +143,6 @@ def _export(args: argparse.Namespace) -> int:
     if full:
         print(f"evaluate it: {eval_command(out)}")
     return 0
-
-
-def eval_command(model: str | Path, data: str | None = None, out: str | None = None) -> str:
-    """The `easyvideor1 eval` line that scores `model` at the settings it carries."""
-    return (f"easyvideor1 eval --model {model} --benchmarks {data or 'FILE_OR_NAMES'}"
-            + (f" --out {out}" if out else ""))
 
 
 def _demo(args: argparse.Namespace) -> int:

@@ -21,7 +21,7 @@ from easyvideor1.data.synth import (CHANCE, DEMO_TOOLS_MIX, DEMO_TRAIN, DEMO_TRA
                                    write_suite)
 from easyvideor1.models import model_settings
 from easyvideor1.models.tiny import build_tiny_model
-from easyvideor1.training.export import export_hf
+from easyvideor1.training.export import eval_command, export_model
 from easyvideor1.training.report import write_training_report
 from easyvideor1.training.setup import build_run
 from easyvideor1.training.trainer import train
@@ -159,10 +159,7 @@ def run_demo(out: str | Path, steps: int | None = None, hybrid: bool = True, see
     (out / "train").mkdir(parents=True, exist_ok=True)
     (out / "train" / "demo_results.json").write_text(json.dumps({"before": before, "after": after}, indent=1))
     made = write_training_report(out / "train", extra_markdown="## Validation (greedy)\n\n" + table)
-    hf_model = export_hf(run, out / "hf_model") if cfg.checkpoint.export_hf else None
-    if hf_model is not None:
-        model_settings.write(hf_model, model_settings.settings_of(cfg, written_by="easyvideor1 demo",
-                                                                  step=cfg.training.steps))
+    hf_model = export_model(run, out / "hf_model", "easyvideor1 demo") if cfg.checkpoint.export_hf else None
     print(table)
     print(f"[demo] done in {(time.monotonic() - t0) / 60:.1f} min; report: {made['markdown']}")
     for name, path in made.items():
@@ -170,11 +167,5 @@ def run_demo(out: str | Path, steps: int | None = None, hybrid: bool = True, see
     if hf_model is not None:
         print(f"  HF model (with the settings it was trained at, {model_settings.MODEL_SETTINGS_FILE}): {hf_model}")
         print("[demo] next, score the trained model on the held-out file at its training settings:\n"
-              f"  {next_command(out)}")
+              f"  {eval_command(hf_model, paths['val'], out / 'cache', out / 'eval')}")
     return after
-
-
-def next_command(out: Path) -> str:
-    """The `eval` line the demo prints: its model on its held-out file, frames from its cache."""
-    return (f"easyvideor1 eval --model {out / 'hf_model'} --benchmarks {out / 'data' / 'val.jsonl'} "
-            f"--cache-dir {out / 'cache'} --out {out / 'eval'}")

@@ -13,6 +13,7 @@ import torch
 
 from easyvideor1 import distributed
 from easyvideor1.config import Config
+from easyvideor1.models import model_settings
 from easyvideor1.models.loading import load_policy, load_processor, resolve_dtype
 from easyvideor1.models.lora import apply_lora, has_adapters, merged_state_items, save_adapter, trainable_state
 from easyvideor1.training.checkpoint import read_weights
@@ -90,6 +91,22 @@ def write_hf(model, processor, dtype: str, out_dir: str | Path, shard_bytes: int
 def export_hf(run: Run, out_dir: str | Path) -> Path | None:
     """The run's policy as a full HF folder (`write_hf`); all ranks call."""
     return write_hf(run.model, run.prompts.processor, run.cfg.model.dtype, out_dir)
+
+
+def export_model(run: Run, out_dir: str | Path, written_by: str) -> Path | None:
+    """`export_hf`, and beside it the settings `eval` reads (`models.model_settings`); all ranks call."""
+    path = export_hf(run, out_dir)
+    if path is not None:
+        model_settings.write(path, model_settings.settings_of(run.cfg, written_by=written_by,
+                                                              step=run.cfg.training.steps))
+    return path
+
+
+def eval_command(model: str | Path, data: str | Path | None = None, cache_dir: str | Path | None = None,
+                 out: str | Path | None = None) -> str:
+    """The `easyvideor1 eval` line that scores `model` at the settings it carries."""
+    return (f"easyvideor1 eval --model {model} --benchmarks {data or 'FILE_OR_NAMES'}"
+            + (f" --cache-dir {cache_dir}" if cache_dir else "") + (f" --out {out}" if out else ""))
 
 
 def export_adapter(run: Run, out_dir: str | Path) -> Path | None:

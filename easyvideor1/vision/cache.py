@@ -48,11 +48,12 @@ class CacheError(RuntimeError):
 
 
 class CacheMismatchError(UserError, CacheError):
-    """A cache built with other parameters than the config asks for (`stored`: the cache's)."""
+    """A cache built with other parameters than the config asks for (`stored`: the cache's;
+    `detail`: which differ, the message without its advice)."""
 
-    def __init__(self, message: str, stored: dict[str, Any] | None = None):
+    def __init__(self, message: str, stored: dict[str, Any] | None = None, detail: str = ""):
         super().__init__(message)
-        self.stored = stored or {}
+        self.stored, self.detail = stored or {}, detail or message
 
 
 def source_identity(path: str, kind: str, content_hash: bool = False) -> dict[str, Any]:
@@ -177,12 +178,12 @@ def check_cache_config(cache_dir: str | os.PathLike, cfg: VisionConfig) -> dict[
                                  f"code reads version {FORMAT_VERSION}; rebuild it with `easyvideor1 cache`")
     if stored.get("params") != cfg.key_params():
         fresh = f"{str(cache_dir).rstrip('/')}-{entry_key('config', {}, cfg.key_params())[:8]}"
+        detail = f"frame cache {cache_dir} was " + describe_mismatch(stored.get("params") or {}, cfg.key_params())
         raise CacheMismatchError(
-            f"frame cache {cache_dir} was " + describe_mismatch(stored.get("params") or {}, cfg.key_params())
-            + f". Build a matching cache in a new folder with `{cache_command(cfg, fresh)}` (FILE: the "
-              f"sample file, once per file) and use {fresh} instead, or change the run's vision "
-              "settings (`eval --preset` and its frame options, or the training config's vision "
-              "section) to the cache's values.", stored=stored.get("params") or {})
+            detail + f". Build a matching cache in a new folder with `{cache_command(cfg, fresh)}` (FILE: the "
+                     f"sample file, once per file) and use {fresh} instead, or change the run's vision "
+                     "settings (`eval --preset` and its frame options, or the training config's vision "
+                     "section) to the cache's values.", stored=stored.get("params") or {}, detail=detail)
     return stored
 
 
