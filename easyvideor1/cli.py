@@ -14,12 +14,10 @@ traceback. `--debug` (or EASYVIDEOR1_DEBUG=1) shows the traceback of a user erro
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import importlib
 import os
 import sys
 import traceback
-import typing
 
 from easyvideor1 import threads
 from easyvideor1.errors import UserError
@@ -73,21 +71,13 @@ class Parser(argparse.ArgumentParser):
         return namespace
 
 
-def _config_keys(cls: type, prefix: str = "") -> list[str]:
-    hints = typing.get_type_hints(cls)
-    keys = []
-    for f in dataclasses.fields(cls):
-        tp = hints[f.name]
-        keys += _config_keys(tp, f"{prefix}{f.name}.") if dataclasses.is_dataclass(tp) else [prefix + f.name]
-    return keys
-
-
 def override_hint(extras: list[str]) -> str:
     """`; write training.steps=5: ...` for `--steps 5`: each flag that names a config field (its last
     part, `-` read as `_`) as the dotted override to write instead, and where every field is listed."""
+    from easyvideor1 import config_tree
     from easyvideor1.config import Config  # imports torch: only on this error path
 
-    keys = _config_keys(Config)
+    keys = [key for key, _, _ in config_tree.leaves(Config)]
     overrides, i = [], 0
     while i < len(extras):
         name, eq, value = extras[i].partition("=")

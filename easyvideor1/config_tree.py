@@ -19,6 +19,7 @@ import inspect
 import textwrap
 import types
 import typing
+from collections.abc import Iterator
 from typing import Any, Literal, get_args, get_origin
 
 import yaml
@@ -171,15 +172,23 @@ def field_docs(cls: type) -> dict[str, str]:
     return docs
 
 
-def describe(cls: type, prefix: str = "") -> list[str]:
-    """Lines `dotted.key = default  # doc` for every field of the tree."""
-    lines, docs, hints = [], field_docs(cls), typing.get_type_hints(cls)
+def leaves(cls: type, prefix: str = "") -> Iterator[tuple[str, dataclasses.Field, type]]:
+    """(dotted key, field, the dataclass that holds it) for every leaf field of the tree, depth first."""
+    hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
         tp = hints[f.name]
         if dataclasses.is_dataclass(tp):
-            lines += describe(tp, prefix + f.name + ".")
-            continue
+            yield from leaves(tp, prefix + f.name + ".")
+        else:
+            yield prefix + f.name, f, cls
+
+
+def describe(cls: type, prefix: str = "") -> list[str]:
+    """Lines `dotted.key = default  # doc` for every field of the tree."""
+    lines, docs = [], {}
+    for key, f, owner in leaves(cls, prefix):
+        doc = docs.setdefault(owner, field_docs(owner)).get(f.name, "")
         default = f.default if f.default is not dataclasses.MISSING else (
             f.default_factory() if f.default_factory is not dataclasses.MISSING else "(required)")
-        lines.append(f"{prefix}{f.name} = {default!r}  # {docs.get(f.name, '')}")
+        lines.append(f"{key} = {default!r}  # {doc}")
     return lines
