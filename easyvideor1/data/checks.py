@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field
 
-from easyvideor1.data.loading import Problem, load_records, typo_hint
+from easyvideor1.data.loading import Problem, load_records, names_of, typo_hint
 from easyvideor1.records import Sample
 from easyvideor1.rewards import ANSWER_FORMS, canonical_type, score
 from easyvideor1.vision.config import VisionConfig
@@ -45,7 +45,7 @@ def _sample_problems(sample: Sample, index: int, open_media: bool, probe_cfg: Vi
     if sample.problem_type.lower() in ("multiple choice", "multiple_choice") and not sample.options:
         add("multiple choice record without 'options'" + typo_hint(sample.extra, "options") +
             "; add the option list (e.g. ['A. ...', 'B. ...'])")
-    media_typo = typo_hint(sample.extra, "videos", "video", "path", "images", "image", "image_path")
+    media_typo = typo_hint(sample.extra, *names_of("videos", "images"))
     if sample.data_type == "text" and media_typo:
         add(f"a text-only record, but a field looks like a misspelt media field{media_typo}; "
             "rename it to 'videos' or 'images'")

@@ -48,6 +48,11 @@ FIELD_ALIASES: dict[str, tuple[tuple[str, ...], str]] = {
 KNOWN_FIELDS = _CONSUMED | {"question"}
 
 
+def names_of(*fields: str) -> tuple[str, ...]:
+    """Each field's name and its aliases (`FIELD_ALIASES`)."""
+    return tuple(n for f in fields for n in (f, *FIELD_ALIASES.get(f, ((),))[0]))
+
+
 def typo_hint(raw: dict[str, Any], *names: str) -> str:
     """` (found 'optoins')` when a field of `raw` that the loader does not read looks like a
     misspelling of one of `names`; else ''."""
@@ -149,11 +154,11 @@ def record_to_sample(raw: dict[str, Any], index: int, data_root: str | os.PathLi
     if problem is not None and not isinstance(problem, str):
         raise bad(f"'problem' must be a string (the question text), got {type(problem).__name__} {problem!r}")
     if not isinstance(problem, str) or not (problem.strip() or has_media):
-        raise bad("missing or empty 'problem' (the question text)" + typo_hint(raw, "problem", "question"))
+        raise bad("missing or empty 'problem' (the question text)" + typo_hint(raw, *names_of("problem")))
     answer = raw.get("solution", raw.get("answer"))
     if answer is None or (isinstance(answer, str) and not answer.strip()):
         raise bad("missing 'answer' (or 'solution'): every record needs a ground truth" +
-                  typo_hint(raw, "answer", "solution"))
+                  typo_hint(raw, *names_of("answer")))
     if isinstance(answer, (list, dict)):
         answer = json.dumps(answer)
     problem_type = raw.get("problem_type")
@@ -167,10 +172,10 @@ def record_to_sample(raw: dict[str, Any], index: int, data_root: str | os.PathLi
         raise bad(f"data_type {data_type!r} is not one of {', '.join(DATA_TYPES)}")
     if data_type == "video" and not videos:
         raise bad("data_type is 'video' but the record names no video ('videos' or 'path')" +
-                  typo_hint(raw, "videos", "video", "path"))
+                  typo_hint(raw, *names_of("videos")))
     if data_type == "image" and not images:
         raise bad("data_type is 'image' but the record names no image ('images' or 'image_path')" +
-                  typo_hint(raw, "images", "image", "image_path"))
+                  typo_hint(raw, *names_of("images")))
     for tag, media in (("<video>", videos), ("<image>", images)):
         if problem.count(tag) > len(media):
             raise bad(f"the problem text has {problem.count(tag)} {tag} placeholders but the record names "
