@@ -132,7 +132,7 @@ class RolloutConfig:
     """Most visual tokens all tool turns of one response may return together."""
 
     placement: Literal["colocated", "separate"] = "colocated"
-    """`colocated`: the trainer generates; `separate`: rollout processes generate and score (`training.async_rollout`)."""
+    """`colocated`: the trainer generates; `separate`: rollout processes generate and score (`training.asynchronous`)."""
     processes: int = 1
     """Rollout processes under `separate` placement, each generating a share of every batch: under torchrun the last ranks, else started by `easyvideor1 train`."""
 

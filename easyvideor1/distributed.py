@@ -91,7 +91,7 @@ def launched() -> tuple[int, int]:
 def launch_store() -> Any:
     """The store torchrun's rendezvous gives this process (`env://`: MASTER_ADDR, MASTER_PORT, RANK,
     WORLD_SIZE), once per process. Separate rollout placement builds its worlds on it
-    (`training.async_rollout`): the trainer ranks' default group and the weight pair, each under a
+    (`training.asynchronous`): the trainer ranks' default group and the weight pair, each under a
     prefix of its own."""
     store, _, _ = next(dist.rendezvous("env://"))
     return store

@@ -391,7 +391,7 @@ def _launcher_ranks(wanted: bool):
     places this process: vLLM's `external_launcher` executor reads them from the environment
     (vllm 0.32 `ExecutorWithExternalLauncher._distributed_args`), then takes the default group
     as its world (`init_distributed_environment`). They differ from torchrun's in a pool of
-    rollout processes (`training.rollout_process`). `LOCAL_RANK` is the device vLLM takes: the
+    rollout processes (`training.asynchronous.rollout_side`). `LOCAL_RANK` is the device vLLM takes: the
     current CUDA device, else (CPU) as set, or the rank."""
     if not wanted:
         yield

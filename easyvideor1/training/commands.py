@@ -70,10 +70,10 @@ def _train(args: argparse.Namespace) -> int:
         raise UserError("set " + " and ".join(missing) + (f" in {path} or" if path else "") +
                         " on the command line (--help-config lists every field)")
     _check_paths(cfg, "train")
-    from easyvideor1.training.async_rollout import is_rollout_rank
+    from easyvideor1.training.asynchronous.placement import is_rollout_rank
     from easyvideor1.training.export import eval_command, export_adapter, export_model
     from easyvideor1.training.report import write_training_report
-    from easyvideor1.training.rollout_process import serve_rank
+    from easyvideor1.training.asynchronous.rollout_side import serve_rank
     from easyvideor1.training.setup import build_run
     from easyvideor1.training.trainer import train
 

@@ -39,7 +39,7 @@ def init_distributed(need_group: bool = False, rollout_ranks: int = 0,
     make a group of one rank in this process (FSDP2 needs one for its mixed-precision policy).
     With `rollout_ranks` R (separate rollout placement under torchrun) the group is the trainer
     ranks' alone: the first WORLD_SIZE - R ranks, on a prefix of torchrun's store; the last R
-    ranks never join it (`training.async_rollout`), so every collective below sees trainers only.
+    ranks never join it (`training.asynchronous`), so every collective below sees trainers only.
 
     Returns (rank, world, device): the rank's GPU (LOCAL_RANK) when CUDA is there, else the CPU.
     Every collective of the group may wait `timeout_minutes` (`training.collective_timeout_minutes`).

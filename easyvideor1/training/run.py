@@ -16,7 +16,7 @@ from easyvideor1.algorithms.kl import KLController
 from easyvideor1.config import Config
 from easyvideor1.prompts import Prompt, PromptBuilder
 from easyvideor1.records import Sample
-from easyvideor1.training.async_rollout import RemoteRollouts
+from easyvideor1.training.asynchronous.trainer_side import RemoteRollouts
 from easyvideor1.training.groups import RolloutStage
 from easyvideor1.training.loader import PromptLoader
 from easyvideor1.training.metrics import MetricsSink

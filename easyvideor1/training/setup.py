@@ -35,7 +35,8 @@ from easyvideor1.rollout.tools.registry import get_tools, tools_not_on
 from easyvideor1.rollout.tools.video_tools import ClipSource
 from easyvideor1.rollout.vllm_engine import VLLMEngine  # imports vllm only when one is built
 from easyvideor1.rollout.vllm_inputs import check_media_limits
-from easyvideor1.training.async_rollout import check_placement, remote_rollouts, rollout_ranks
+from easyvideor1.training.asynchronous.placement import check_placement, rollout_ranks
+from easyvideor1.training.asynchronous.trainer_side import remote_rollouts
 from easyvideor1.training.fsdp import init_distributed, run_root_once, shard
 from easyvideor1.training.groups import RolloutStage, stop_token_ids
 from easyvideor1.training.loader import PromptLoader
@@ -97,7 +98,7 @@ def make_engine(cfg: Config, model, processor, family, spec, samples: list[Sampl
     """The rollout engine named by `rollout.engine` (vLLM imported only when chosen).
 
     vLLM: with more than one process in the default group (torchrun's ranks, or a pool of rollout
-    processes, `rollout_process.join_pool`) one engine per process (`external_launcher`; the
+    processes, `rollout_side.join_pool`) one engine per process (`external_launcher`; the
     processes of a tensor-parallel group share one), in one process an in-process engine core
     (weight syncs stay in memory),
     context = `data.max_prompt_tokens + rollout.max_tokens`, LM head tied as in the policy

@@ -86,7 +86,7 @@ def rollout_stage(run: Run, step: int, timer: StageTimer) -> ScoredGroups:
 
 
 def take_stage(run: Run, step: int, m: StepMetrics) -> ScoredGroups:
-    """Separate placement (`training.async_rollout`): the rollout process's scored batch for this
+    """Separate placement (`training.asynchronous`): the rollout process's scored batch for this
     step, generated with the weights of `weight_version(step)`; the trainer's idle wait is
     `time/rollout_wait`, the rollout process's wait for weights before it `time/train_wait`."""
     with m.timer("rollout_wait"):

@@ -15,7 +15,8 @@ import torch
 from easyvideor1 import distributed
 from easyvideor1.config import load_config
 from easyvideor1.config_tree import ConfigError
-from easyvideor1.training import async_rollout, fsdp
+from easyvideor1.training import fsdp
+from easyvideor1.training.asynchronous import placement, weights
 
 
 @pytest.fixture
@@ -30,22 +31,22 @@ def gpus(monkeypatch):
 def test_each_spawned_rollout_process_sees_only_its_own_gpu(gpus):
     gpus(8)
     env = {"PATH": "/bin"}
-    assert [async_rollout.rollout_env(env, i, 3)["CUDA_VISIBLE_DEVICES"] for i in range(3)] == ["1", "2", "3"]
+    assert [placement.rollout_env(env, i, 3)["CUDA_VISIBLE_DEVICES"] for i in range(3)] == ["1", "2", "3"]
     pinned = {"CUDA_VISIBLE_DEVICES": "4,5,6"}  # the launcher's choice is kept: the trainer has 4
-    assert [async_rollout.rollout_env(pinned, i, 2)["CUDA_VISIBLE_DEVICES"] for i in range(2)] == ["5", "6"]
+    assert [placement.rollout_env(pinned, i, 2)["CUDA_VISIBLE_DEVICES"] for i in range(2)] == ["5", "6"]
 
 
 def test_no_gpu_of_its_own_is_one_line_before_anything_starts(gpus):
     gpus(1)
     with pytest.raises(ConfigError, match=r"needs a GPU for the trainer and one for each of its 1 rollout process"
                                           r"\(es\), 2 in all; this process sees 1 .* rollout.placement=colocated"):
-        async_rollout.rollout_env({}, 0, 1)
+        placement.rollout_env({}, 0, 1)
 
 
 def test_cpu_processes_are_left_as_they_are():
     if torch.cuda.is_available():
         pytest.skip("a CUDA machine")
-    assert async_rollout.rollout_env({"A": "1"}, 0, 4) == {"A": "1"}
+    assert placement.rollout_env({"A": "1"}, 0, 4) == {"A": "1"}
 
 
 def test_nccl_groups_get_the_configured_timeout(gpus, monkeypatch):
@@ -59,7 +60,7 @@ def test_nccl_groups_get_the_configured_timeout(gpus, monkeypatch):
     cfg = load_config(None, [])
     minutes = cfg.training.collective_timeout_minutes
     assert minutes >= 60
-    async_rollout.weight_group("store", 0, 2, torch.device("cuda", 0), minutes)
+    weights.weight_group("store", 0, 2, torch.device("cuda", 0), minutes)
     assert made == [("store", 0, 2, datetime.timedelta(minutes=minutes))]
 
     calls = []

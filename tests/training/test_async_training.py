@@ -1,4 +1,4 @@
-"""Separate rollout placement (`training.async_rollout`): real rollout processes, real weight
+"""Separate rollout placement (`training.asynchronous`): real rollout processes, real weight
 broadcasts over gloo, real kills."""
 
 import json
@@ -21,7 +21,9 @@ from easyvideor1.config import load_config
 from easyvideor1.config_tree import ConfigError
 from easyvideor1.prompts import Prompt
 from easyvideor1.records import RewardResult, Rollout, Sample
-from easyvideor1.training.async_rollout import broadcast_versions, check_placement, trainer_shares, weight_version
+from easyvideor1.training.asynchronous.placement import check_placement
+from easyvideor1.training.asynchronous.schedule import broadcast_versions, weight_version
+from easyvideor1.training.asynchronous.shares import trainer_shares
 from easyvideor1.training.groups import ScoredGroups
 from easyvideor1.training.hybrid import HybridCounters
 from easyvideor1.training.metrics import read_metrics

@@ -1,11 +1,11 @@
-"""Separate rollout placement, the rollout side (`training.async_rollout` holds the trainer's).
+"""Separate rollout placement, the rollout side (`trainer_side` holds the trainer's).
 
 It builds what the rollout stage needs (its own copy of the policy in the rollout dtype, the
 engine, the prompt builder, the scorer, the loader at the trainer's position), then for each
 batch s: waits for the weights of `weight_version(s)` (a broadcast from trainer rank 0), runs the
 trainer's own rollout stage (`trainer.rollout_stage`: prompts, generation, hybrid slot,
 rewards beside generation, dynamic sampling rounds until the batch is full) as one process, and
-sends each trainer rank its share (`async_rollout.trainer_shares`). It never updates the policy
+sends each trainer rank its share (`shares.trainer_shares`). It never updates the policy
 and holds no optimizer. When the trainers hang up early (training.max_minutes) it ends quietly.
 
 With `rollout.processes` N > 1 the N rollout processes are a pool (`join_pool`: a default process
@@ -16,7 +16,7 @@ A vLLM engine takes the pool's group as its world (one engine per process, or pe
 `rollout.tensor_parallel_size` consecutive processes: `rollout.vllm_engine`).
 
 Two launches:
-- `python -m easyvideor1.training.rollout_process PORT PARENT_PID INDEX`, by the one-process
+- `python -m easyvideor1.training.asynchronous.rollout_side PORT PARENT_PID INDEX`, by the one-process
   trainer (`RemoteRollouts.start`), once per rollout process: it connects to the trainer's
   listener with the key in its environment. It dies with the trainer: the kernel sends it SIGKILL
   when its parent ends (`PR_SET_PDEATHSIG`, Linux), and a thread ends it when its parent pid
@@ -58,9 +58,11 @@ from easyvideor1.models.mrope import mrope_spec
 from easyvideor1.prompts import PromptBuilder
 from easyvideor1.models.ulysses import SequenceParallel
 from easyvideor1.rollout.base import banned_token_ids
-from easyvideor1.training.async_rollout import (ADDRESS_KEY, KEY_ENV, PAIR_PREFIX, POOL_PREFIX, reachable_host,
-                                                rollout_dtype, trainer_shares, wait_work, weight_group,
-                                                weight_version)
+from easyvideor1.training.asynchronous.placement import (ADDRESS_KEY, KEY_ENV, PAIR_PREFIX, POOL_PREFIX,
+                                                          reachable_host, rollout_device, rollout_dtype)
+from easyvideor1.training.asynchronous.schedule import weight_version
+from easyvideor1.training.asynchronous.shares import trainer_shares
+from easyvideor1.training.asynchronous.weights import wait_work, weight_group
 from easyvideor1.training.groups import RolloutStage, stop_token_ids
 from easyvideor1.training.loader import PromptLoader
 from easyvideor1.training.metrics import StageTimer
@@ -91,11 +93,9 @@ def die_with_parent(parent: int) -> None:
         os._exit(1)
     threading.Thread(target=watch, name="trainer-watch", daemon=True).start()
 
-
 def send(conn: Connection, message: dict) -> None:
     """`message` to the trainer, pickled (tensors by value)."""
     conn.send_bytes(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
-
 
 @dataclass(frozen=True)
 class Pool:
@@ -104,7 +104,6 @@ class Pool:
     index: int
     size: int
     solo: Any = None  # a group of this process alone: reductions the pool must not repeat N times
-
 
 def join_pool(store: dist.Store, index: int, size: int) -> Pool:
     """With more than one rollout process: the pool's default process group (gloo, on a prefix of
@@ -117,7 +116,6 @@ def join_pool(store: dist.Store, index: int, size: int) -> Pool:
                                    world_size=size)
     solo = [dist.new_group([r], backend=distributed.CPU_BACKEND) for r in range(size)][index]
     return Pool(index, size, solo)
-
 
 def build_rollout_run(cfg: Config, device: torch.device, pool: Pool) -> Run:
     """A `Run` holding only what `trainer.rollout_stage` reads (no optimizer, no reference). In a
@@ -148,10 +146,8 @@ def build_rollout_run(cfg: Config, device: torch.device, pool: Pool) -> Run:
                prompts=prompts, rollouts=rollouts, ctx=ctx, padding=prompts.empty(),
                data=DataParallel(0, 1, pool.solo))
 
-
 class TrainersGone(Exception):
     """A trainer rank hung up (a run stopped early, or a trainer that failed): nothing left to serve."""
-
 
 def serve(run: Run, store: dist.Store, start: int, loader_state: dict, trainers: list[Connection], pool: Pool) -> bool:
     """Generate and score batches start+1..steps, each with the weights the schedule names; each of
@@ -209,17 +205,6 @@ def serve(run: Run, store: dist.Store, start: int, loader_state: dict, trainers:
     run.rollouts.engine.close()
     return True
 
-
-def rollout_device(local_rank: int) -> torch.device:
-    """The rollout side's GPU (`local_rank` modulo the GPUs here; a spawned rollout process sees
-    only its own, `async_rollout.rollout_env`), else the CPU."""
-    if not torch.cuda.is_available():
-        return torch.device("cpu")
-    device = torch.device("cuda", local_rank % torch.cuda.device_count())
-    torch.cuda.set_device(device)
-    return device
-
-
 def connect_and_serve(port: int, parent: int, index: int) -> None:
     """As rollout process `index`: connect to the trainer, take the run's config, serve its
     batches; errors go to it as text."""
@@ -242,7 +227,6 @@ def connect_and_serve(port: int, parent: int, index: int) -> None:
     conn.close()
     leave_pool(pool, finished)
 
-
 def leave_pool(pool: Pool, finished: bool) -> None:
     """Leave the pool's group: with a barrier when every process served to the end
     (`distributed.close`); after the trainers hung up a peer may be gone, so end here, at once."""
@@ -253,9 +237,8 @@ def leave_pool(pool: Pool, finished: bool) -> None:
         os._exit(0)
     distributed.close()
 
-
 def serve_rank(cfg: Config) -> None:
-    """Under torchrun, as a rollout rank (`async_rollout.is_rollout_rank`): build the rollout run,
+    """Under torchrun, as a rollout rank (`placement.is_rollout_rank`): build the rollout run,
     publish a listener in torchrun's store, take every trainer rank's connection, serve."""
     rank, world = distributed.launched()
     trainers_world = world - cfg.rollout.processes
@@ -283,7 +266,6 @@ def serve_rank(cfg: Config) -> None:
         conn.close()
     if not finished:  # else `cli.main` leaves the pool's group (`distributed.close`)
         leave_pool(pool, finished=False)
-
 
 if __name__ == "__main__":
     connect_and_serve(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]))

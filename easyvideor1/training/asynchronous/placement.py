@@ -1,0 +1,100 @@
+"""Where separate placement's processes run: what the config allows, which of torchrun's ranks
+are rollout ranks, each rollout process's device, and the names both sides meet under."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import torch
+
+from easyvideor1 import distributed
+from easyvideor1.config import Config
+from easyvideor1.config_tree import ConfigError
+from easyvideor1.models.loading import resolve_dtype
+
+KEY_ENV = "EASYVIDEOR1_ROLLOUT_KEY"  # the connection's key (hex), handed to the rollout process
+PAIR_PREFIX = "rollout-pair/"  # the weight group's keys in the store (torchrun's, or the trainer's)
+POOL_PREFIX = "rollout-pool/"  # rollout.processes > 1: the rollout processes' own default group
+ADDRESS_KEY = "rollout-address"  # under torchrun: + "/i", (host, port, key) of rollout rank i's listener
+
+
+def rollout_dtype(cfg: Config) -> torch.dtype:
+    """What the rollout process holds its weights in: vLLM's `rollout.dtype`, else the compute dtype."""
+    return resolve_dtype(cfg.rollout.dtype if cfg.rollout.engine == "vllm" else cfg.model.dtype)
+
+def check_placement(cfg: Config, world: int) -> None:
+    """`training.max_staleness` needs separate placement; what that does not run yet, one clear
+    error each. `world`: the processes torchrun launched (1 without it), rollout ranks included."""
+    r = cfg.rollout
+    if r.placement != "separate":
+        if cfg.training.max_staleness:
+            raise ConfigError(f"training.max_staleness={cfg.training.max_staleness} needs rollout.placement=separate "
+                              "(colocated generation is always on-policy)")
+        return
+    if r.processes < 1:
+        raise ConfigError(f"rollout.processes={r.processes} must be >= 1")
+    if world > 1 and r.processes >= world:
+        raise ConfigError(f"rollout.processes={r.processes} under torchrun with {world} processes leaves no trainer "
+                          f"rank: launch more than {r.processes} processes")
+    if r.engine == "vllm" and r.processes % r.tensor_parallel_size:
+        raise ConfigError(f"rollout.tensor_parallel_size={r.tensor_parallel_size} must divide rollout.processes="
+                          f"{r.processes} under separate placement (each rollout process is one rank of a vLLM engine)")
+    if world > 1 and cfg.training.sequence_parallel_size > 1:
+        raise ConfigError("rollout.placement=separate under torchrun with training.sequence_parallel_size > 1 is "
+                          "not supported yet")
+    if cfg.model.lora.rank:
+        raise ConfigError("rollout.placement=separate with LoRA (model.lora.rank) is not supported yet")
+    if r.tools:
+        raise ConfigError("rollout.placement=separate with video tools (rollout.tools) is not supported yet")
+    if cfg.algorithm.needs_greedy_rollout:
+        raise ConfigError("rollout.placement=separate with a greedy baseline (ReMax) is not supported yet")
+    if cfg.training.max_staleness < 0:
+        raise ConfigError(f"training.max_staleness={cfg.training.max_staleness} must be >= 0")
+
+def rollout_ranks(cfg: Config) -> int:
+    """How many of torchrun's processes (the last ones) are rollout ranks: `rollout.processes`
+    under separate placement when torchrun launched more than one, else 0 (one process starts
+    its rollout processes itself)."""
+    world = distributed.launched()[1]
+    return cfg.rollout.processes if cfg.rollout.placement == "separate" and world > 1 else 0
+
+def is_rollout_rank(cfg: Config) -> bool:
+    """This process is one of the last `rollout.processes` ranks of torchrun's world: it only
+    generates and scores (`rollout_side.serve_rank`). Checks the placement first (every rank alike)."""
+    rank, world = distributed.launched()
+    check_placement(cfg, world)
+    return rank >= world - rollout_ranks(cfg)
+
+def reachable_host() -> str:
+    """This machine's address on the route to torchrun's MASTER_ADDR (127.0.0.1 on one node):
+    where trainer ranks on other nodes reach the rollout rank's listener. (A UDP connect sends nothing.)"""
+    master = os.environ.get("MASTER_ADDR", "127.0.0.1")
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.connect((master, 1))
+        return s.getsockname()[0]
+
+def rollout_env(env: dict[str, str], index: int, processes: int) -> dict[str, str]:
+    """The environment of spawned rollout process `index`: on GPUs, only its own device visible
+    (the one after the trainer's, and the ones before it), so every engine it builds lands there:
+    vLLM's one-process executor takes device 0 of what it sees, whatever `set_device` said. One
+    GPU for the trainer and each rollout process, or a one-line error before anything starts."""
+    if not torch.cuda.is_available():
+        return env
+    visible = [d for d in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()] or \
+        [str(k) for k in range(torch.cuda.device_count())]
+    if len(visible) < 1 + processes:
+        raise ConfigError(f"rollout.placement=separate needs a GPU for the trainer and one for each of its "
+                          f"{processes} rollout process(es), {1 + processes} in all; this process sees {len(visible)} "
+                          "(two processes on one GPU cannot share NCCL's weight broadcasts): use "
+                          "rollout.placement=colocated, or fewer rollout.processes")
+    return {**env, "CUDA_VISIBLE_DEVICES": visible[1 + index]}
+
+def rollout_device(local_rank: int) -> torch.device:
+    """The rollout side's GPU (`local_rank` modulo the GPUs here; a spawned rollout process sees
+    only its own, `placement.rollout_env`), else the CPU."""
+    if not torch.cuda.is_available():
+        return torch.device("cpu")
+    device = torch.device("cuda", local_rank % torch.cuda.device_count())
+    torch.cuda.set_device(device)
+    return device

@@ -1,0 +1,36 @@
+"""Each trainer rank's part of a batch the rollout side made as one process."""
+
+from __future__ import annotations
+
+from easyvideor1.config import Config
+from easyvideor1.prompts import Prompt
+from easyvideor1.records import Sample
+from easyvideor1.training.groups import ScoredGroups, pad_groups
+from easyvideor1.training.hybrid import HybridCounters
+from easyvideor1.training.rank_balance import rank_slots
+
+
+def trainer_shares(scored: ScoredGroups, batch: list[Sample], trainers: int, cfg: Config,
+                   padding: Prompt) -> list[ScoredGroups]:
+    """Each trainer rank's part of a step's global `scored` groups (made by the rollout side as one
+    process: slot order). Without dynamic sampling rank r gets the slots a colocated run of
+    `trainers` ranks gives it (`rank_slots` of the step's `batch`; a group's slot is its prompt's
+    `seed_offset` / n), so the same prompts, responses and token balance; with dynamic sampling,
+    which fills the batch as one colocated process does, equal contiguous parts. Each part is
+    padded where samples failed. The hybrid counts (which ranks sum) go with the first part; the
+    filter metrics, already the batch's, with every part."""
+    if trainers == 1:
+        return [scored]
+    per, n = cfg.training.rollout_batch_size // trainers, cfg.rollout.n
+    if cfg.algorithm.online_filtering:
+        parts = [range(r * per, (r + 1) * per) for r in range(trainers)]
+    else:
+        group_of = {p.seed_offset // n: g for g, p in enumerate(scored.prompts) if not p.padding}
+        vision = cfg.vision if cfg.training.balance_ranks else None
+        parts = [[group_of[s] for s in rank_slots(batch, r, trainers, vision) if s in group_of]
+                 for r in range(trainers)]
+    return [pad_groups(ScoredGroups([scored.prompts[g] for g in part], [scored.groups[g] for g in part],
+                                    [scored.results[g] for g in part],
+                                    scored.hybrid if r == 0 else HybridCounters(), dict(scored.filter_metrics)),
+                       per, padding, n)
+            for r, part in enumerate(parts)]
