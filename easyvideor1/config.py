@@ -106,6 +106,8 @@ class RolloutConfig:
     """Single tokens that end a response besides end-of-turn (kept in it), e.g. `</answer>`."""
     val_temperature: float = 0.0
     """Sampling temperature for validation (0: greedy)."""
+    max_batch_tokens: int = 32768
+    """hf engine (also separate placement's validation): padded tokens per decoded batch, prompt + max_tokens per row (0: off); a longer prompt goes alone."""
     dtype: Literal["float32", "bfloat16", "float16"] = "bfloat16"
     """vLLM's weight and compute dtype, apart from model.dtype (float32 only for exact CPU tests)."""
     tensor_parallel_size: int = 1
@@ -140,6 +142,8 @@ class RolloutConfig:
         get_tools(self.tools)  # unknown names list the valid ones
         if self.max_turns < 1:
             raise ValueError(f"rollout.max_turns must be >= 1, got {self.max_turns}")
+        if self.max_batch_tokens < 0:
+            raise ValueError(f"rollout.max_batch_tokens must be >= 0 (0: off), got {self.max_batch_tokens}")
         if min(self.tool_call_visual_tokens, self.tool_response_visual_tokens) < 1:
             raise ValueError("rollout.tool_call_visual_tokens and tool_response_visual_tokens must be >= 1")
 

@@ -109,17 +109,22 @@ class HFEngine:
         family: Family,
         spec: MRopeSpec,
         max_batch_size: int = 64,
+        max_batch_tokens: int = 0,
     ):
         """`processor` is the family's processor or its tokenizer; `max_batch_size` bounds the
-        sequences decoded together (memory)."""
+        sequences decoded together, `max_batch_tokens` (0: off) their padded tokens, prompt + the
+        response limit per row (memory: prefill activations, the KV cache); a longer job goes alone."""
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
+        if max_batch_tokens < 0:
+            raise ValueError(f"max_batch_tokens must be >= 0 (0: off), got {max_batch_tokens}")
         self.model = model
         self.processor = processor
         self.tokenizer = getattr(processor, "tokenizer", processor)
         self.family = family
         self.spec = spec
         self.max_batch_size = max_batch_size
+        self.max_batch_tokens = max_batch_tokens
         self.eos_ids = _eos_ids(model, self.tokenizer)
         pad = self.tokenizer.pad_token_id
         self.pad_token_id = int(pad) if pad is not None else min(self.eos_ids)
@@ -136,7 +141,7 @@ class HFEngine:
         seeds = sample_seeds(counts, params.seed, [p.seed_offset for p in prompts])
         jobs = [(i, j, seeds[i][j]) for i, k in enumerate(counts) for j in range(k)]
         results: list[list[Rollout | None]] = [[None] * k for k in counts]
-        chunks = [jobs[k : k + self.max_batch_size] for k in range(0, len(jobs), self.max_batch_size)]
+        chunks = self._chunks(jobs, [p.inputs.input_ids.shape[-1] + params.max_tokens for p in prompts])
         for k in range(distributed.max_int(len(chunks))):
             if k >= len(chunks):  # this rank is done; keep the collectives of the others going
                 idle = prompts[0] if prompts else self._empty_prompt()
@@ -148,6 +153,22 @@ class HFEngine:
                 rollout.prompt_index = i
                 results[i][j] = rollout
         return results  # type: ignore[return-value]
+
+    def _chunks(self, jobs: list[tuple], tokens: list[int]) -> list[list[tuple]]:
+        """`jobs` (prompt index first) in order, cut into batches of at most `max_batch_size` rows
+        whose padded size (rows x the longest prompt's `tokens`) stays within `max_batch_tokens`."""
+        chunks: list[list[tuple]] = []
+        longest = 0  # of the last chunk's rows
+        for job in jobs:
+            need = tokens[job[0]]
+            if chunks and len(chunks[-1]) < self.max_batch_size and not \
+                    0 < self.max_batch_tokens < (len(chunks[-1]) + 1) * max(longest, need):
+                chunks[-1].append(job)
+                longest = max(longest, need)
+            else:
+                chunks.append([job])
+                longest = need
+        return chunks
 
     def update_weights(self, model: torch.nn.Module) -> None:
         """Copy `model`'s weights in (a no-op when the engine decodes with `model` itself)."""

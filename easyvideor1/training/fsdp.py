@@ -67,7 +67,11 @@ def init_distributed(need_group: bool = False, rollout_ranks: int = 0,
     return rank, world, device
 
 
-def _untie(model) -> None:
+def untie_head(model) -> None:
+    """Give a tied LM head its own copy of the input embedding (the pair then trains apart): a tied
+    pair cannot sit in two FSDP units, and every policy is untied alike, in one process too, and
+    the rollout side's copy under separate placement (`training.asynchronous`), so all hold and
+    sync the same parameters."""
     head, emb = model.lm_head, model.get_input_embeddings()
     if head.weight is emb.weight:
         head.weight = torch.nn.Parameter(emb.weight.detach().clone(), requires_grad=emb.weight.requires_grad)
@@ -101,7 +105,7 @@ def shard(model, param_dtype: torch.dtype | None = None, cpu_offload: bool = Fal
         kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32)
     if cpu_offload:
         kwargs["offload_policy"] = CPUOffloadPolicy()
-    _untie(model)
+    untie_head(model)
     for block in _blocks(model):
         fully_shard(block, **kwargs)
     if vision_unit and getattr(model.model, "visual", None) is not None:

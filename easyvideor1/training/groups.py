@@ -39,6 +39,9 @@ class ScoredGroups:
     results: list[list[RewardResult]]  # aligned with groups
     hybrid: HybridCounters = field(default_factory=HybridCounters)
     filter_metrics: dict[str, float] = field(default_factory=dict)
+    # ReMax under separate placement: the greedy response's reward per prompt [G], made by the
+    # rollout side with the batch's weights (`trainer.greedy_rewards`); None: the trainer makes it
+    greedy: torch.Tensor | None = None
 
     def add(self, other: ScoredGroups, groups: list[int]) -> None:
         """Take `other`'s groups `groups` (indices) and its hybrid counts."""

@@ -37,7 +37,7 @@ from easyvideor1.rollout.vllm_engine import VLLMEngine  # imports vllm only when
 from easyvideor1.rollout.vllm_inputs import check_media_limits
 from easyvideor1.training.asynchronous.placement import check_placement, rollout_ranks
 from easyvideor1.training.asynchronous.trainer_side import remote_rollouts
-from easyvideor1.training.fsdp import init_distributed, run_root_once, shard
+from easyvideor1.training.fsdp import init_distributed, run_root_once, shard, untie_head
 from easyvideor1.training.groups import RolloutStage, stop_token_ids
 from easyvideor1.training.loader import PromptLoader
 from easyvideor1.training.metrics import MetricsSink
@@ -121,7 +121,30 @@ def make_engine(cfg: Config, model, processor, family, spec, samples: list[Sampl
                           enable_sleep_mode=None if r.sleep else False, seed=cfg.training.seed,
                           enforce_eager=r.enforce_eager, external_launcher=world > 1, untie_embeddings=untied,
                           in_process_engine=True)  # syncs in memory, no weights file (`rollout.vllm_engine`)
-    return HFEngine(model, processor, family, spec)
+    return HFEngine(model, processor, family, spec, max_batch_tokens=cfg.rollout.max_batch_tokens)
+
+
+def make_rollouts(cfg: Config, model, processor, family, spec, frames: FrameSource, samples: list[Sample],
+                  token_engine=None, split=None, count_group=None) -> tuple[PromptBuilder, RolloutStage]:
+    """The prompt builder and the rollout stage, alike for colocated training and the rollout side
+    of separate placement: over `token_engine` (default: `make_engine`'s), which `rollout.tools`
+    wraps in the multi-turn tool loop (`ToolEngine`: the prompts offer the tools' schemas, tool
+    turns are masked, offline trajectories replayed). `split`, `count_group`: `RolloutStage`'s."""
+    engine = token_engine or make_engine(cfg, model, processor, family, spec, samples)
+    tools = get_tools(cfg.rollout.tools)
+    if tools:
+        r = cfg.rollout
+        engine = ToolEngine(engine, processor, family, spec, tools, ClipSource(cfg.vision),
+                            ToolLimits(r.max_turns, r.tool_call_visual_tokens, r.tool_response_visual_tokens))
+    prompts = PromptBuilder(frames, processor, family, spec,
+                            render=partial(render_prompt, template_dir=cfg.data.template_dir),
+                            max_prompt_tokens=cfg.data.max_prompt_tokens,
+                            tools=[t.schema() for t in tools.values()] or None)
+    rollouts = RolloutStage(engine, make_score_fn(cfg), processor.tokenizer, _end_token(processor), cfg.rollout,
+                            cfg.hybrid, cfg.algorithm, cfg.training.seed,
+                            stop_token_ids(cfg.rollout.stop_tokens, processor.tokenizer), split=split,
+                            count_group=count_group, replay=engine.replay if tools else None)
+    return prompts, rollouts
 
 
 def shared_prefix_state(cfg: Config, model, reference, rank: int) -> bool:
@@ -202,6 +225,9 @@ def build_run(cfg: Config) -> Run:
         raise ConfigError(f"model {m.path} is {family.name} but vision.family={cfg.vision.family}: the frame sizes "
                          f"would not fit its grid; set vision.family={family.name}")
     processor = load_processor(m.path)
+    # separate placement in one process: the rollout processes start here, after the config's
+    # checks, and import and load while this process fills its weights
+    remote = remote_rollouts(cfg, device, rank)
     lora = m.lora
     if lora.rank:
         apply_lora(model, lora.rank, lora.scale_alpha, lora.dropout, lora.target_modules, lora.vision,
@@ -220,6 +246,7 @@ def build_run(cfg: Config) -> Run:
     # after packing: sequence parallelism puts the language model on Ulysses attention (packed rows too)
     processor_pad = processor.tokenizer.pad_token_id
     sp, dp = setup_sequence_parallel(cfg, [m for m in (model, reference) if m is not None], rank, processor_pad)
+    untie_head(model)  # also with no group to shard over: a tied model trains alike in any launch
     shard(model, param_dtype=None if compute_dtype == torch.float32 else compute_dtype, vision_unit=sp is not None)
     if reference is not None and not lora.rank:
         shard(reference, vision_unit=sp is not None)
@@ -249,17 +276,15 @@ def build_run(cfg: Config) -> Run:
     if sp is not None:  # rows are split over the group's ranks: they must be packed rows
         ctx.padding_free, ctx.sequence_parallel = True, sp
     separate = cfg.rollout.placement == "separate"  # the rollout side generates; this HF engine only validates
-    engine = (HFEngine(model, processor, family, spec) if separate
-              else make_engine(cfg, model, processor, family, spec, train_samples + val_samples))
-    tools = get_tools(cfg.rollout.tools)
     count, names = tools_not_on(train_samples + val_samples, cfg.rollout.tools)
     if count:
         log.info("%d sample(s) list tools that rollout.tools does not turn on (%s): they are not offered",
                  count, ", ".join(names))
-    if tools:  # multi-turn rollouts (`rollout.tools`)
-        r = cfg.rollout
-        engine = ToolEngine(engine, processor, family, spec, tools, ClipSource(cfg.vision),
-                            ToolLimits(r.max_turns, r.tool_call_visual_tokens, r.tool_response_visual_tokens))
+    validator = HFEngine(model, processor, family, spec, max_batch_tokens=cfg.rollout.max_batch_tokens) \
+        if separate else None
+    prompts, rollouts = make_rollouts(cfg, model, processor, family, spec, frames, train_samples + val_samples,
+                                      token_engine=validator,
+                                      split=None if sp is None else partial(split_rollouts, sp), count_group=dp.group)
     correction, why = resolve_rollout_correction(cfg.algorithm.rollout_correction, cfg.rollout.engine,
                                                  asynchronous=separate and cfg.training.max_staleness > 0)
     log.info("rollout correction: %s (%s)%s", correction, why,
@@ -268,21 +293,12 @@ def build_run(cfg: Config) -> Run:
     sink = MetricsSink(cfg.logging.out_dir, cfg.logging.tensorboard, cfg.logging.wandb, cfg.logging.wandb_project,
                        config=to_dict(cfg) | {"shared_prefix_active": ctx.shared_prefix,
                                               "padding_free_active": ctx.padding_free}, enabled=rank == 0)
-    prompts = PromptBuilder(frames, processor, family, spec,
-                            render=partial(render_prompt, template_dir=cfg.data.template_dir),
-                            max_prompt_tokens=cfg.data.max_prompt_tokens,
-                            tools=[t.schema() for t in tools.values()] or None)
-    rollouts = RolloutStage(engine, make_score_fn(cfg), processor.tokenizer, _end_token(processor), cfg.rollout,
-                            cfg.hybrid, cfg.algorithm, cfg.training.seed,
-                            stop_token_ids(cfg.rollout.stop_tokens, processor.tokenizer),
-                            split=None if sp is None else partial(split_rollouts, sp), count_group=dp.group,
-                            replay=engine.replay if tools else None)
     return Run(cfg=cfg, model=model, reference=reference, optimizer=optimizer,
                scheduler=make_scheduler(optimizer, cfg), kl=make_kl_controller(cfg.algorithm),
                loader=PromptLoader(train_samples, cfg.training.rollout_batch_size, cfg.training.seed, cfg.data.shuffle),
                prompts=prompts, rollouts=rollouts, ctx=ctx, padding=prompts.empty(), val_samples=val_samples,
                sink=sink, rank=rank, world=world, data=dp, rollout_correction=correction,
-               remote=remote_rollouts(cfg, device, rank))
+               remote=remote)
 
 
 def _end_token(processor) -> str:

@@ -29,6 +29,7 @@ from easyvideor1 import config_tree, distributed, testhooks
 from easyvideor1.algorithms import ADVANTAGES, kl_reward_penalty
 from easyvideor1.algorithms.kl import AdaptiveKLController, k1_sums
 from easyvideor1.config_tree import ConfigError
+from easyvideor1.prompts import Prompt
 from easyvideor1.rollout.tools.multiturn import tool_metrics
 from easyvideor1.training import checkpoint as ckpt
 from easyvideor1.training.groups import ScoredGroups, pad_groups, reward_metrics
@@ -111,15 +112,22 @@ def old_logprob_stage(run: Run, batch: RolloutBatch, parity_step: bool) -> torch
     return all_logprobs(run.model, batch, run.ctx)
 
 
-def greedy_baseline(run: Run, scored: ScoredGroups, step: int) -> tuple[torch.Tensor, dict[str, float]]:
-    """ReMax's baseline: one greedy (temperature 0) response per prompt from the same engine,
-    scored by the same scorer; returns its reward per prompt [G] (0 for padding groups) and the
-    global mean greedy reward. The greedy responses are never trained on."""
-    real = [p for p in scored.prompts if not p.padding]
+def greedy_rewards(run: Run, prompts: list[Prompt], step: int) -> torch.Tensor:
+    """ReMax's baseline: one greedy (temperature 0) response per prompt from the engine that
+    generated the batch, scored by the same scorer; its reward per prompt [G] (0 for padding
+    groups). The greedy responses are never trained on."""
+    real = [p for p in prompts if not p.padding]
     greedy = [grp[0] for grp in run.rollouts.generate(real, 1, run.rollouts.params(step, 0.0))]
     results = iter(run.rollouts.score_fn([r.text for r in greedy], [p.sample for p in real]))
-    per_prompt = torch.tensor([0.0 if p.padding else next(results).overall for p in scored.prompts])  # [G]
-    total, count = distributed.all_reduce_floats([float(per_prompt.sum()), float(len(real))])
+    return torch.tensor([0.0 if p.padding else next(results).overall for p in prompts])  # [G]
+
+
+def greedy_baseline(run: Run, scored: ScoredGroups, step: int) -> tuple[torch.Tensor, dict[str, float]]:
+    """ReMax's greedy reward per prompt [G] (`greedy_rewards`: made here, or by the rollout side
+    under separate placement, where it comes with the batch) and the global mean greedy reward."""
+    per_prompt = greedy_rewards(run, scored.prompts, step) if scored.greedy is None else scored.greedy
+    real = sum(not p.padding for p in scored.prompts)
+    total, count = distributed.all_reduce_floats([float(per_prompt.sum()), float(real)])
     return per_prompt, {"remax/greedy_reward": total / max(count, 1.0)}
 
 

@@ -82,6 +82,43 @@ def test_seeds_reproduce_and_do_not_depend_on_batching(hf_tiny_dirs):
     assert [len(g) for g in unseeded] == [1, 1]
 
 
+def test_a_token_budget_splits_the_prefills_not_the_responses(hf_tiny_dirs):
+    """`max_batch_tokens` (`rollout.max_batch_tokens`, which bounds separate placement's
+    validation: review gpu-scale-review-2, N5) cuts the jobs, in order, into batches whose padded
+    prompt + response-limit tokens fit, a job over it alone; greedy responses equal one batch's
+    (token equality across batch shapes: `test_greedy_mixed_batch_equals_one_by_one`)."""
+    tiny = load_tiny("qwen2_5_vl", hf_tiny_dirs["qwen2_5_vl"])
+    prompts = tiny.prompts()  # 46, 38, 32 and 60 prompt tokens: 52, 44, 38, 66 with 6 new ones
+    prefills = []  # [rows, padded prompt length] of each prefill (the forwards without a KV cache)
+    hook = tiny.model.register_forward_pre_hook(
+        lambda _, args, kw: prefills.append(tuple(kw["input_ids"].shape)) if "past_key_values" not in kw else None,
+        with_kwargs=True)
+    try:
+        runs = {}
+        for budget in (0, 90, 1):
+            prefills.clear()
+            out = engine_of(tiny, max_batch_tokens=budget).generate(prompts, 2, GREEDY)
+            runs[budget] = (out, list(prefills))
+    finally:
+        hook.remove()
+    assert [p.inputs.input_ids.shape[-1] for p in prompts] == [46, 38, 32, 60]
+    assert runs[0][1] == [(8, 60)]  # budget off: one batch of the 8 jobs (two per prompt)
+    # 90: vid 2 x 52 = 104 > 90, so alone twice; img 2 x 44 = 88; img + txt 3 x 44 > 90; txt 2 x 38;
+    # mix 2 x 66 > 90. (`collate` adds a masked dummy token per modality no row of a batch has.)
+    assert runs[90][1] == [(1, 47), (1, 47), (2, 39), (2, 33), (1, 60), (1, 60)]
+    assert all(rows * (length + GREEDY.max_tokens) <= 90 for rows, length in runs[90][1] if rows > 1)
+    assert [rows for rows, _ in runs[1][1]] == [1] * 8  # every job over the budget: each alone
+    whole = runs[0][0]
+    for budget in (90, 1):
+        for group, reference in zip(runs[budget][0], whole):
+            assert [r.token_ids for r in group] == [r.token_ids for r in reference]
+            for r, ref in zip(group, reference):
+                assert r.prompt_index == ref.prompt_index
+                assert max(abs(a - b) for a, b in zip(r.logprobs, ref.logprobs)) < 1e-4
+    with pytest.raises(ValueError, match="max_batch_tokens must be >= 0"):
+        engine_of(tiny, max_batch_tokens=-1)
+
+
 def test_stop_token_ids_and_stop_strings(hf_tiny_dirs):
     tiny = load_tiny("qwen3_vl", hf_tiny_dirs["qwen3_vl"])
     prompt = tiny.prompts()[2]

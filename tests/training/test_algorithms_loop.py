@@ -2,7 +2,8 @@
 baseline rollouts), the exact full-vocabulary KL (as a loss and as a reward penalty), the
 adaptive KL controller, REINFORCE++ and GDPO (batch whitening). Each runs 2 steps of
 `build_run` + `train` in this process (what `easyvideor1 train` does, minus report and
-export) on a tiny real model and real synthetic videos."""
+export) on a tiny real model and real synthetic videos; ReMax also with a rollout process
+(separate placement), which must equal the colocated run."""
 
 import json
 import math
@@ -16,7 +17,7 @@ from easyvideor1.data.synth import write_suite
 from easyvideor1.models.tiny import build_tiny_model
 from easyvideor1.training.setup import build_run
 from easyvideor1.training.trainer import train
-from test_distributed import write_config
+from test_distributed import UPDATE_KEYS, same_steps, write_config
 
 KL_LOSS = {"adv_estimator": "grpo", "policy_loss": "ppo_clip", "loss_agg_mode": "token_mean", "use_kl_loss": True}
 
@@ -39,12 +40,23 @@ def setup(tmp_path_factory):
     return root, model, data
 
 
-@pytest.mark.parametrize("case", list(CASES))
-def test_algorithm_trains_two_steps(setup, case):
-    root, model, data = setup
-    path = write_config(root, model, data, root / case, algorithm=CASES[case])
-    run = build_run(load_config(str(path)))
+def _trained(root, model, data, name, **extra):
+    run = build_run(load_config(str(write_config(root, model, data, root / name, **extra))))
     train(run)
+    return run
+
+
+@pytest.fixture(scope="module")
+def remax(setup):
+    """The colocated ReMax run (also the reference of the separate-placement one)."""
+    return _trained(*setup, "remax", algorithm=CASES["remax"])
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_algorithm_trains_two_steps(setup, case, request):
+    root, model, data = setup
+    run = request.getfixturevalue("remax") if case == "remax" else _trained(root, model, data, case,
+                                                                           algorithm=CASES[case])
     rows = run.history
     assert len(rows) == 2
     for row in rows:
@@ -95,3 +107,20 @@ def test_remax_with_a_sample_that_fails_to_load(setup, tmp_path):
     first, second = run.history
     assert first["data/prompt_failures"] == 1.0 and second["data/prompt_failures"] == 0.0
     assert all(0.0 <= r["remax/greedy_reward"] <= 1.0 and math.isfinite(r["actor/pg_loss"]) for r in run.history)
+
+
+def test_remax_separate_placement_equals_colocated(setup, remax):
+    """ReMax with a rollout process at k = 0: the rollout side generates the greedy baseline with
+    the batch's weights and sends it with the batch, so the advantages, each step's policy loss and
+    gradient norm, and the parameters after 2 steps are the colocated run's. (The trainer and the
+    rollout process take one thread each, colocated two: sums in another order, hence rtol 1e-4,
+    atol 1e-5, as `test_distributed`.)"""
+    root, model, data = setup
+    run = _trained(root, model, data, "remax_separate", algorithm=CASES["remax"], rollout__placement="separate")
+    separate = dict(run.model.named_parameters())
+    for name, p in remax.model.named_parameters():
+        torch.testing.assert_close(separate[name], p, rtol=1e-4, atol=1e-5, msg=name)
+    same_steps(root / "remax", root / "remax_separate", UPDATE_KEYS, 2)
+    for a, b in zip(remax.history, run.history):
+        assert b["remax/greedy_reward"] == a["remax/greedy_reward"] and b["async/greedy_rollout_s"] > 0
+        assert b["async/staleness_max"] == 0.0 and b["advantage/abs_max"] == pytest.approx(a["advantage/abs_max"])

@@ -6,6 +6,9 @@ import os
 import subprocess
 import sys
 import time
+
+import pytest
+
 import forkserver  # noqa: E402  (the subprocesses start with torch & co. imported)
 
 
@@ -25,13 +28,15 @@ def test_eta_warns_when_the_demo_would_pass_15_minutes(capsys):
     assert "WARNING" not in capsys.readouterr().out
 
 
-def test_demo_with_tools_reports_the_flash_task(tmp_path):
-    """`demo --tools`: the flash task joins the suite, its rollouts may call crop_video, and
-    demo_results.json reports flash's accuracy and tool-call rate (a tiny budget: the wiring)."""
+@pytest.mark.parametrize("placement", [[], ["--async"]], ids=["colocated", "async"])
+def test_demo_with_tools_reports_the_flash_task(tmp_path, placement):
+    """`demo --tools` (and `--async`: a rollout process runs the tool loop): the flash task joins
+    the suite, its rollouts may call crop_video, and demo_results.json reports flash's accuracy
+    and tool-call rate (a tiny budget: the wiring)."""
     out = tmp_path / "demo"
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    proc = forkserver.run([sys.executable, "-m", "easyvideor1.cli", "demo", "--tools", "--out", str(out), "--steps",
-                           "2", "--train-samples", "22", "--val-samples", "9"],
+    proc = forkserver.run([sys.executable, "-m", "easyvideor1.cli", "demo", "--tools", *placement, "--out", str(out),
+                           "--steps", "2", "--train-samples", "22", "--val-samples", "9"],
                           capture_output=True, text=True, env=env, timeout=1800)
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "| flash | accuracy | 0.25 |" in proc.stdout and "| flash | tool-call rate |" in proc.stdout

@@ -5,6 +5,7 @@ uninterrupted run; after training the HF engine, the vLLM engine (merged-weight 
 exported merged model agree; the PEFT adapter folder loads with peft. Real tiny models, real
 videos, real subprocesses."""
 
+import json
 import os
 import shutil
 import signal
@@ -139,6 +140,56 @@ def test_two_processes_equal_one_process(setup, one_process):  # noqa: F811
     # the reference pass is the base model: KL(policy || ref) 0 at step 1 (B = 0), > 0 once trained
     kl = [r[k] for r in m1 for k in r if k.startswith("actor/kl") and "coef" not in k]
     assert kl and abs(kl[0]) < 1e-6 and kl[-1] > 0, kl
+
+
+def test_separate_placement_equals_colocated(setup, one_process):  # noqa: F811
+    """`rollout.placement=separate`, k = 0: the rollout process adapts its own copy of the model
+    (`apply_lora`) and each weight sync sends it the adapters and the trained LM head only; the run
+    ends at the colocated run's adapters and merged weights, with its policy loss and gradient
+    norm each step, and the rollout log-probs (from the synced adapters) equal the trainer's."""
+    root, model, data = setup
+    one, _ = one_process
+    out = root / "lora_separate"
+    shutil.rmtree(out, ignore_errors=True)
+    cfg = _lora_config(root, model, data, out, rollout__parity_check_every=1, checkpoint__every=2,
+                       model__lora=SAVE_HEAD, rollout__placement="separate")
+    proc = _cli(["train", cfg])
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    layers = load_policy(model, "float32").config.text_config.num_hidden_layers
+    # every linear of the language model, A and B, and the LM head's trained copy: nothing of the base
+    assert f"each weight sync sends the {2 * 7 * layers + 1} trained parameters" in proc.stderr
+    for rel in ("adapter/adapter_model.safetensors", "hf_model/model.safetensors"):
+        a, b = load_file(str(one / rel)), load_file(str(out / rel))
+        assert set(a) == set(b)
+        for name in a:
+            torch.testing.assert_close(b[name], a[name], rtol=1e-5, atol=1e-6, msg=name)
+    m1, m2 = same_steps(one, out, UPDATE_KEYS, 2)
+    assert [r["async/staleness_max"] for r in m2] == [0.0, 0.0]
+    assert [r["reward/all"] for r in m1] == [r["reward/all"] for r in m2]
+    gaps = [v for r in m2 for k, v in r.items() if k.startswith("parity/max_gap/")]
+    assert gaps and max(gaps) < 1e-4  # step 2's batch came from the adapters trained at step 1
+
+
+@pytest.mark.vllm
+def test_separate_placement_with_the_vllm_engine(setup, ipc_dir):  # noqa: F811
+    """The rollout process runs vLLM (float32): at each sync it takes the adapters, then loads its
+    adapted model's merged weights into the engine (`update_weights`, as colocated vLLM does), so
+    step 2's responses, from the adapters of step 1, have the trainer's log-probs."""
+    pytest.importorskip("vllm")
+    from test_vllm_trainer import VLLM
+    from test_vllm_trainer import _env as vllm_env
+
+    root, model, data = setup
+    out = root / "lora_separate_vllm"
+    shutil.rmtree(out, ignore_errors=True)
+    cfg = _lora_config(root, model, data, out, model__lora=SAVE_HEAD, rollout__placement="separate", **VLLM)
+    proc = _cli(["train", cfg], env=vllm_env(root, ipc_dir))
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "LoRA: each weight sync sends the" in proc.stderr
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2] and rows[0]["update/grad_norm"] > 1e-3
+    gaps = [v for r in rows for k, v in r.items() if k.startswith("parity/max_gap/")]
+    assert gaps and max(gaps) < 1e-4
 
 
 def test_sigkill_and_resume_equals_uninterrupted(tmp_path):

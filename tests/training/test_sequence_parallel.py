@@ -1,7 +1,9 @@
 """`training.sequence_parallel_size` through the trainer (real torchrun, gloo, FSDP2, the HF
 engine, a tiny Qwen2.5-VL, real videos, images and text prompts): 2 processes with SP 2 end 3
 steps where 1 process without SP does; 4 processes (data-parallel 2 x SP 2) where 2 data-parallel
-processes do; the ranks of an SP group split the rollout; bad settings stop with one clear line."""
+processes do; 3 (an SP group of 2 training, a rollout rank generating: `rollout.placement=separate`)
+where the colocated SP group does; the ranks of an SP group split the rollout; bad settings stop
+with one clear line."""
 
 import json
 import shutil
@@ -9,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 from test_distributed import TIMEOUT_S, _env, _weights, same_steps, setup, write_config  # noqa: F401 (setup: fixture)
 
@@ -33,7 +36,10 @@ def _same_run(a, b):
     same_steps(a, b, keys, 3)  # the same responses, rewards, losses, gradient norm (copies counted once)
 
 
-def test_sp2_trains_as_one_process(setup):
+@pytest.fixture(scope="module")
+def sp2(setup):
+    """3 steps in 1 process without SP and in 2 processes with SP 2 (their folders), and the
+    latter's log."""
     root, model, data = setup
     outs = {k: root / f"sp_{k}" for k in ("one", "sp2")}
     for out in outs.values():
@@ -44,10 +50,34 @@ def test_sp2_trains_as_one_process(setup):
     assert p.returncode == 0, p.stderr[-4000:]
     p = _train(sp2, 2)
     assert p.returncode == 0, p.stderr[-6000:]
-    assert "sequence parallelism: 2 ranks per row, 1 data-parallel groups" in p.stderr
+    return outs, p.stderr
+
+
+def test_sp2_trains_as_one_process(sp2):
+    outs, log = sp2
+    assert "sequence parallelism: 2 ranks per row, 1 data-parallel groups" in log
     # group-shared rows (a group's prompt once) stay on under SP: packed rows with segments
-    assert "shared prefix (a group's prompt runs once per micro-batch): on" in p.stderr
+    assert "shared prefix (a group's prompt runs once per micro-batch): on" in log
     _same_run(outs["one"], outs["sp2"])
+
+
+def test_sp2_with_a_rollout_rank_equals_colocated(setup, sp2):
+    """Separate placement under torchrun, k = 0: ranks 0-1 train as one SP group of 2, rank 2
+    generates and scores; both trainer ranks take the group's (data-parallel rank 0's) share of
+    each batch. The run is the colocated SP run's: parameters, responses, rewards, policy loss
+    and gradient norm at each step."""
+    root, model, data = setup
+    out = root / "sp_separate"
+    shutil.rmtree(out, ignore_errors=True)
+    cfg = write_config(root, model, data, out, steps=3, training__sequence_parallel_size=2,
+                       rollout__placement="separate")
+    p = _train(cfg, 3)
+    assert p.returncode == 0, p.stderr[-6000:]
+    assert "sequence parallelism: 2 ranks per row, 1 data-parallel groups" in p.stderr
+    assert "rollout rank 2: serving 2 trainer rank(s) from step 0" in p.stderr
+    _same_run(sp2[0]["sp2"], out)
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["async/staleness_max"] for r in rows] == [0.0, 0.0, 0.0]
 
 
 def test_sp2_with_reference_and_checkpointing(setup):

@@ -22,10 +22,16 @@ rollout weights' log-probs (`behaviour_log_probs`), `token_tis` by default:
     L = -sum_t w_t * min(r_t * A_t, clip(r_t, 1 - eps_low, 1 + eps_high) * A_t)
     r_t = pi_theta(y_t) / pi_prox(y_t),    w_t = min(pi_prox(y_t) / pi_behav(y_t), C)  (detached)
 
-Transport. Weights: a collective broadcast, parameter by parameter in the rollout dtype, over a
-process group of their own (trainer rank 0 as rank 0, rollout process i as rank 1 + i: every
-rollout process receives every sync; gloo on CPU, NCCL on GPU; not the trainers' world, whose
-collectives it must not join), never through disk. Scored batches: pickled `ScoredGroups`
+Transport. Weights: collective broadcasts over a process group of their own (trainer rank 0 as
+rank 0, rollout process i as rank 1 + i: every rollout process receives every sync; gloo on CPU,
+NCCL on GPU; not the trainers' world, whose collectives it must not join), never through disk.
+One broadcast per flat bucket of consecutive parameters (`weights.BUCKET_BYTES`, 4 MiB; a bigger
+parameter alone), in the rollout dtype, which each parameter is cast to before it is gathered
+(under FSDP2 the local shard: the all-gather moves rollout-dtype bytes); both sides compute the
+layout from the parameter names' shapes (`weights.bucket_layout`). Each sync opens with a
+handshake over the connections: the rollout process says "ready" when it needs the version,
+trainer rank 0 answers "weights", and only then do both post broadcasts, so neither waits in one
+(NCCL's watchdog) through the other's step or generation. Scored batches: pickled `ScoredGroups`
 (tensors by value) over authenticated connections (`multiprocessing.connection`, a random key).
 
 `rollout.processes` N > 1: the rollout processes are a pool (a default process group of their
@@ -45,8 +51,9 @@ equal bit for bit with k = 1, parameters 5e-6 apart with k = 2).
 
 Two launches. `easyvideor1 train` in one process starts its N rollout processes itself,
 subprocesses running the package (`python -m easyvideor1.training.asynchronous.rollout_side`, the key in
-their environment) that connect back to the trainer; each connection carries the run's config,
-and process 0's then each scored batch (`RemoteRollouts`). Under torchrun the last
+their environment) that connect back to the trainer; each connection carries the run's config
+(at once: they start in `setup.build_run`, before the policy loads, and load theirs meanwhile),
+then the start step, and process 0's then each scored batch (`RemoteRollouts`). Under torchrun the last
 `rollout.processes` ranks are the rollout ranks (`is_rollout_rank`): every rank takes torchrun's
 store, the trainer ranks (0..W-N-1) make the default process group on a prefix of it with world
 W-N (so FSDP, checkpoints, rank balance and metrics see trainers only), the rollout ranks never
@@ -64,6 +71,13 @@ when one dies and names its rank and exit code (a trainer rank waiting for a bat
 naming the rollout rank and its error when it sent one; one inside the weight broadcast with
 gloo's "connection closed by peer"). A rollout side whose trainers hang up (a run stopped early)
 ends quietly. Validation runs in the trainer, on an HF engine over the policy (whatever
-`rollout.engine` the rollout side uses). Not yet: LoRA, ReMax's greedy baseline, video tools,
-sequence parallelism with rollout ranks, a vLLM tensor-parallel size that does not divide N.
+`rollout.engine` the rollout side uses), in batches of `rollout.max_batch_tokens` padded tokens.
+On GPUs each rollout process sees only its engine's GPUs (`placement.rollout_env`; a rollout rank
+pins LOCAL_RANK's before CUDA starts, `placement.pin_rank_devices`). Video tools run their multi-turn loop on the rollout
+side, built as colocated (`setup.make_rollouts`); ReMax's greedy baseline is generated there with
+the batch's weights and travels with it (`ScoredGroups.greedy`). LoRA: the rollout side adapts
+its model as the trainer does (`apply_lora`) and names only the trained parameters in its hello,
+so only they travel; vLLM then loads the merged weights, as colocated. Sequence parallelism:
+every trainer rank of an SP group takes its data-parallel rank's share. Not yet: a vLLM
+tensor-parallel size that does not divide N.
 """

@@ -23,6 +23,7 @@ def rollout_dtype(cfg: Config) -> torch.dtype:
     """What the rollout process holds its weights in: vLLM's `rollout.dtype`, else the compute dtype."""
     return resolve_dtype(cfg.rollout.dtype if cfg.rollout.engine == "vllm" else cfg.model.dtype)
 
+
 def check_placement(cfg: Config, world: int) -> None:
     """`training.max_staleness` needs separate placement; what that does not run yet, one clear
     error each. `world`: the processes torchrun launched (1 without it), rollout ranks included."""
@@ -40,17 +41,9 @@ def check_placement(cfg: Config, world: int) -> None:
     if r.engine == "vllm" and r.processes % r.tensor_parallel_size:
         raise ConfigError(f"rollout.tensor_parallel_size={r.tensor_parallel_size} must divide rollout.processes="
                           f"{r.processes} under separate placement (each rollout process is one rank of a vLLM engine)")
-    if world > 1 and cfg.training.sequence_parallel_size > 1:
-        raise ConfigError("rollout.placement=separate under torchrun with training.sequence_parallel_size > 1 is "
-                          "not supported yet")
-    if cfg.model.lora.rank:
-        raise ConfigError("rollout.placement=separate with LoRA (model.lora.rank) is not supported yet")
-    if r.tools:
-        raise ConfigError("rollout.placement=separate with video tools (rollout.tools) is not supported yet")
-    if cfg.algorithm.needs_greedy_rollout:
-        raise ConfigError("rollout.placement=separate with a greedy baseline (ReMax) is not supported yet")
     if cfg.training.max_staleness < 0:
         raise ConfigError(f"training.max_staleness={cfg.training.max_staleness} must be >= 0")
+
 
 def rollout_ranks(cfg: Config) -> int:
     """How many of torchrun's processes (the last ones) are rollout ranks: `rollout.processes`
@@ -59,12 +52,14 @@ def rollout_ranks(cfg: Config) -> int:
     world = distributed.launched()[1]
     return cfg.rollout.processes if cfg.rollout.placement == "separate" and world > 1 else 0
 
+
 def is_rollout_rank(cfg: Config) -> bool:
     """This process is one of the last `rollout.processes` ranks of torchrun's world: it only
     generates and scores (`rollout_side.serve_rank`). Checks the placement first (every rank alike)."""
     rank, world = distributed.launched()
     check_placement(cfg, world)
     return rank >= world - rollout_ranks(cfg)
+
 
 def reachable_host() -> str:
     """This machine's address on the route to torchrun's MASTER_ADDR (127.0.0.1 on one node):
@@ -74,11 +69,17 @@ def reachable_host() -> str:
         s.connect((master, 1))
         return s.getsockname()[0]
 
-def rollout_env(env: dict[str, str], index: int, processes: int) -> dict[str, str]:
-    """The environment of spawned rollout process `index`: on GPUs, only its own device visible
-    (the one after the trainer's, and the ones before it), so every engine it builds lands there:
-    vLLM's one-process executor takes device 0 of what it sees, whatever `set_device` said. One
-    GPU for the trainer and each rollout process, or a one-line error before anything starts."""
+
+def engine_width(cfg: Config) -> int:
+    """Rollout processes (and GPUs) one rollout engine spans: a vLLM tensor-parallel group, else 1."""
+    return cfg.rollout.tensor_parallel_size if cfg.rollout.engine == "vllm" else 1
+
+
+def rollout_env(env: dict[str, str], index: int, processes: int, width: int = 1) -> dict[str, str]:
+    """The environment of spawned rollout process `index`: on GPUs, only its engine's devices
+    visible (its own, 1 + index, with the `width` - 1 others of its vLLM tensor-parallel group),
+    so every engine it builds lands there (`rollout_device`). One GPU for the trainer and each
+    rollout process, or a one-line error before anything starts."""
     if not torch.cuda.is_available():
         return env
     visible = [d for d in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()] or \
@@ -88,13 +89,38 @@ def rollout_env(env: dict[str, str], index: int, processes: int) -> dict[str, st
                           f"{processes} rollout process(es), {1 + processes} in all; this process sees {len(visible)} "
                           "(two processes on one GPU cannot share NCCL's weight broadcasts): use "
                           "rollout.placement=colocated, or fewer rollout.processes")
-    return {**env, "CUDA_VISIBLE_DEVICES": visible[1 + index]}
+    first = 1 + index - index % width
+    return {**env, "CUDA_VISIBLE_DEVICES": ",".join(visible[first:first + width])}
 
-def rollout_device(local_rank: int) -> torch.device:
-    """The rollout side's GPU (`local_rank` modulo the GPUs here; a spawned rollout process sees
-    only its own, `placement.rollout_env`), else the CPU."""
+
+def pin_rank_devices(cfg: Config, env=os.environ) -> None:
+    """Under torchrun, as a rollout rank, before CUDA initialises (CUDA reads the variable once):
+    only its engine's devices visible, as `rollout_env` for a spawned process: LOCAL_RANK's (of
+    the variable's list, when set), with the others of its vLLM tensor-parallel group, the ranks
+    beside it on the node."""
+    if torch.cuda.is_initialized():
+        raise RuntimeError("a rollout rank initialised CUDA before pinning its device (placement.pin_rank_devices)")
+    rank, world = distributed.launched()
+    width = engine_width(cfg)
+    first = int(env.get("LOCAL_RANK", "0")) - (rank - (world - cfg.rollout.processes)) % width
+    listed = env.get("CUDA_VISIBLE_DEVICES")
+    if listed == "":  # no GPU for this process: nothing to narrow
+        return
+    visible = [d.strip() for d in listed.split(",")] if listed else [str(d) for d in range(first + width)]
+    if first < 0 or first + width > len(visible):
+        raise ConfigError(f"rollout.tensor_parallel_size={width}: the rollout ranks of one vLLM engine must be on "
+                          f"one node (rank {rank}: LOCAL_RANK {env.get('LOCAL_RANK', '0')}, "
+                          f"CUDA_VISIBLE_DEVICES={'unset' if listed is None else listed})")
+    env["CUDA_VISIBLE_DEVICES"] = ",".join(visible[first:first + width])
+
+
+def rollout_device(cfg: Config, index: int) -> torch.device:
+    """Rollout process `index`'s GPU, of the ones it sees (only its engine's: `rollout_env`,
+    `pin_rank_devices`): its place in its engine's group. vLLM's one-process executor takes
+    device 0 of them, `external_launcher` the current one (`vllm_engine._launcher_ranks`). Else
+    the CPU."""
     if not torch.cuda.is_available():
         return torch.device("cpu")
-    device = torch.device("cuda", local_rank % torch.cuda.device_count())
+    device = torch.device("cuda", index % engine_width(cfg))
     torch.cuda.set_device(device)
     return device

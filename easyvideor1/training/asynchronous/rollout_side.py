@@ -1,11 +1,13 @@
 """Separate rollout placement, the rollout side (`trainer_side` holds the trainer's).
 
 It builds what the rollout stage needs (its own copy of the policy in the rollout dtype, the
-engine, the prompt builder, the scorer, the loader at the trainer's position), then for each
-batch s: waits for the weights of `weight_version(s)` (a broadcast from trainer rank 0), runs the
+engine, the prompt builder, the scorer, the loader at the trainer's position: `setup.make_rollouts`,
+as colocated, so video tools run their multi-turn loop here), then for each
+batch s: waits for the weights of `weight_version(s)` (`weights.WeightReceiver`), runs the
 trainer's own rollout stage (`trainer.rollout_stage`: prompts, generation, hybrid slot,
 rewards beside generation, dynamic sampling rounds until the batch is full) as one process, and
-sends each trainer rank its share (`shares.trainer_shares`). It never updates the policy
+sends each trainer rank its share (`shares.trainer_shares`; with ReMax's greedy baseline,
+`greedy_shares`). It never updates the policy
 and holds no optimizer. When the trainers hang up early (training.max_minutes) it ends quietly.
 
 With `rollout.processes` N > 1 the N rollout processes are a pool (`join_pool`: a default process
@@ -17,7 +19,7 @@ A vLLM engine takes the pool's group as its world (one engine per process, or pe
 
 Two launches:
 - `python -m easyvideor1.training.asynchronous.rollout_side PORT PARENT_PID INDEX`, by the one-process
-  trainer (`RemoteRollouts.start`), once per rollout process: it connects to the trainer's
+  trainer (`RemoteRollouts.spawn`), once per rollout process: it connects to the trainer's
   listener with the key in its environment. It dies with the trainer: the kernel sends it SIGKILL
   when its parent ends (`PR_SET_PDEATHSIG`, Linux), and a thread ends it when its parent pid
   changes (also when the trainer died while this module was still importing). Any error is sent
@@ -43,7 +45,7 @@ import time
 import traceback
 from dataclasses import dataclass
 from functools import partial
-from multiprocessing.connection import Client, Connection, Listener, wait
+from multiprocessing.connection import Client, Connection, Listener
 from typing import Any
 
 import torch
@@ -51,26 +53,27 @@ import torch.distributed as dist
 
 from easyvideor1 import distributed
 from easyvideor1.config import Config
-from easyvideor1.data.templates import render_prompt
 from easyvideor1.models.families import family_of
 from easyvideor1.models.loading import load_policy, load_processor
+from easyvideor1.models.lora import apply_lora, has_adapters, trainable_names
 from easyvideor1.models.mrope import mrope_spec
-from easyvideor1.prompts import PromptBuilder
 from easyvideor1.models.ulysses import SequenceParallel
 from easyvideor1.rollout.base import banned_token_ids
 from easyvideor1.training.asynchronous.placement import (ADDRESS_KEY, KEY_ENV, PAIR_PREFIX, POOL_PREFIX,
-                                                          reachable_host, rollout_device, rollout_dtype)
+                                                          pin_rank_devices, reachable_host, rollout_device,
+                                                          rollout_dtype)
 from easyvideor1.training.asynchronous.schedule import weight_version
 from easyvideor1.training.asynchronous.shares import trainer_shares
-from easyvideor1.training.asynchronous.weights import wait_work, weight_group
-from easyvideor1.training.groups import RolloutStage, stop_token_ids
+from easyvideor1.training.asynchronous.weights import TrainersGone, WeightReceiver, weight_group
+from easyvideor1.training.fsdp import untie_head
+from easyvideor1.training.groups import ScoredGroups
 from easyvideor1.training.loader import PromptLoader
 from easyvideor1.training.metrics import StageTimer
 from easyvideor1.training.run import Run
 from easyvideor1.training.sequence_parallel import DataParallel, split_rollouts
 from easyvideor1.training.sequences import ForwardContext
-from easyvideor1.training.setup import _end_token, load_split, make_engine, make_score_fn, seed_everything
-from easyvideor1.training.trainer import rollout_stage
+from easyvideor1.training.setup import load_split, make_rollouts, seed_everything
+from easyvideor1.training.trainer import greedy_rewards, rollout_stage
 from easyvideor1.vision.cache import FrameSource
 
 log = logging.getLogger(__name__)
@@ -93,9 +96,11 @@ def die_with_parent(parent: int) -> None:
         os._exit(1)
     threading.Thread(target=watch, name="trainer-watch", daemon=True).start()
 
+
 def send(conn: Connection, message: dict) -> None:
     """`message` to the trainer, pickled (tensors by value)."""
     conn.send_bytes(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
+
 
 @dataclass(frozen=True)
 class Pool:
@@ -104,6 +109,7 @@ class Pool:
     index: int
     size: int
     solo: Any = None  # a group of this process alone: reductions the pool must not repeat N times
+
 
 def join_pool(store: dist.Store, index: int, size: int) -> Pool:
     """With more than one rollout process: the pool's default process group (gloo, on a prefix of
@@ -117,6 +123,7 @@ def join_pool(store: dist.Store, index: int, size: int) -> Pool:
     solo = [dist.new_group([r], backend=distributed.CPU_BACKEND) for r in range(size)][index]
     return Pool(index, size, solo)
 
+
 def build_rollout_run(cfg: Config, device: torch.device, pool: Pool) -> Run:
     """A `Run` holding only what `trainer.rollout_stage` reads (no optimizer, no reference). In a
     pool each process builds every prompt, generates its share of the responses and gathers the
@@ -125,29 +132,37 @@ def build_rollout_run(cfg: Config, device: torch.device, pool: Pool) -> Run:
     seed_everything(cfg.training.seed)
     samples = load_split(cfg.data.train_files, cfg)
     model = load_policy(cfg.model.path, rollout_dtype(cfg), cfg.model.attn_implementation, device=device)
+    untie_head(model)  # as the trainer's policy: its own LM head arrives with each sync (and vLLM loads one)
     model.requires_grad_(False)
     family, spec, processor = family_of(model.config), mrope_spec(model.config), load_processor(cfg.model.path)
     ctx = ForwardContext(family=family, spec=spec, pad_token_id=processor.tokenizer.pad_token_id,
                          micro_batch_size=cfg.training.micro_batch_size, temperature=cfg.rollout.temperature,
                          device=device, banned_ids=tuple(banned_token_ids(processor.tokenizer)))
     frames = FrameSource(cfg.vision, cfg.data.cache_dir, cfg.data.cache_mode)
-    prompts = PromptBuilder(frames, processor, family, spec,
-                            render=partial(render_prompt, template_dir=cfg.data.template_dir),
-                            max_prompt_tokens=cfg.data.max_prompt_tokens)
-    engine = make_engine(cfg, model, processor, family, spec, samples)
-    rollouts = RolloutStage(engine, make_score_fn(cfg), processor.tokenizer, _end_token(processor), cfg.rollout,
-                            cfg.hybrid, cfg.algorithm, cfg.training.seed,
-                            stop_token_ids(cfg.rollout.stop_tokens, processor.tokenizer))
-    if pool.size > 1:
-        rollouts.split = partial(split_rollouts, SequenceParallel(None, pool.index, pool.size))
-        rollouts.count_group = pool.solo
+    lora = cfg.model.lora
+    if lora.rank:  # the trainer's adapters, as built there: what each weight sync sends (`serve`)
+        apply_lora(model, lora.rank, lora.scale_alpha, lora.dropout, lora.target_modules, lora.vision,
+                   lora.modules_to_save)
+        for name in trainable_names(model):  # peft makes them float32; they arrive in the rollout dtype
+            param = model.get_parameter(name)
+            param.data = param.data.to(rollout_dtype(cfg))
+    split = None if pool.size == 1 else partial(split_rollouts, SequenceParallel(None, pool.index, pool.size))
+    prompts, rollouts = make_rollouts(cfg, model, processor, family, spec, frames, samples, split=split,
+                                      count_group=pool.solo)  # tools as colocated
     loader = PromptLoader(samples, cfg.training.rollout_batch_size, cfg.training.seed, cfg.data.shuffle)
     return Run(cfg=cfg, model=model, reference=None, optimizer=None, scheduler=None, kl=None, loader=loader,
                prompts=prompts, rollouts=rollouts, ctx=ctx, padding=prompts.empty(),
                data=DataParallel(0, 1, pool.solo))
 
-class TrainersGone(Exception):
-    """A trainer rank hung up (a run stopped early, or a trainer that failed): nothing left to serve."""
+
+def greedy_shares(run: Run, scored: ScoredGroups, shares: list[ScoredGroups], step: int) -> None:
+    """ReMax: batch `step`'s greedy baseline (`trainer.greedy_rewards`), made with the weights that
+    generated the batch (every pool process generates all of it); each of `shares` carries its
+    prompts' rewards (`ScoredGroups.greedy`), so the trainer's advantages are colocated's."""
+    rewards = dict(zip(map(id, scored.prompts), greedy_rewards(run, scored.prompts, step).tolist()))
+    for share in shares:
+        share.greedy = torch.tensor([rewards.get(id(p), 0.0) for p in share.prompts])  # [G]
+
 
 def serve(run: Run, store: dist.Store, start: int, loader_state: dict, trainers: list[Connection], pool: Pool) -> bool:
     """Generate and score batches start+1..steps, each with the weights the schedule names; each of
@@ -156,28 +171,28 @@ def serve(run: Run, store: dist.Store, start: int, loader_state: dict, trainers:
     cfg = run.cfg
     run.loader.load_state_dict(loader_state)
     named = dict(run.model.named_parameters())
+    if has_adapters(run.model):  # LoRA: only what trains travels; the frozen base is the checkpoint's on both sides
+        named = {n: named[n] for n in trainable_names(run.model)}
+        log.info("LoRA: each weight sync sends the %d trained parameters (adapters, modules_to_save) only",
+                 len(named))
     for conn in trainers:
         send(conn, {"kind": "hello", "names": list(named)})
     group = weight_group(store, 1 + pool.index, 1 + pool.size, run.ctx.device, cfg.training.collective_timeout_minutes)
-    params = [p.detach() for p in named.values()]
+    weights = WeightReceiver(group, [p.detach() for p in named.values()], rollout_dtype(cfg), trainers)
+    hung_up = weights.hung_up
 
-    def hung_up(what: str, within: float = 0.0) -> None:  # a trainer sends nothing after its job: readable means closed
-        if wait(trainers, timeout=within):
-            raise TrainersGone(what)
-
-    def receive() -> None:  # into the parameters themselves (same order, shape and dtype as sent)
-        for w in [group.broadcast([p], dist.BroadcastOptions()) for p in params]:
-            wait_work(w, hung_up, "the weights")
+    def receive(version: int) -> None:  # after trainer rank 0's handshake, into the parameters, then the engine
+        weights.receive(version)
         run.rollouts.engine.update_weights(run.model)
 
     version, t = start, cfg.training
     try:
-        receive()
+        receive(start)
         for step in range(start + 1, t.steps + 1):
             need = weight_version(step, t.max_staleness, cfg.checkpoint.every, start)
             began = time.perf_counter()
             if need > version:
-                receive()
+                receive(need)
                 version = need
             waited = time.perf_counter() - began
             timer = StageTimer()
@@ -186,6 +201,9 @@ def serve(run: Run, store: dist.Store, start: int, loader_state: dict, trainers:
                 scored = rollout_stage(run, step, timer)
                 # every pool process (rank balance may be a collective of the pool); process 0 sends
                 shares = trainer_shares(scored, batch, len(trainers), cfg, run.padding)
+                if cfg.algorithm.needs_greedy_rollout:  # ReMax: the baseline travels with the batch
+                    with timer("greedy_rollout"):
+                        greedy_shares(run, scored, shares, step)
             except RuntimeError:
                 if pool.size > 1:  # a pool peer that ended: because the trainers hung up, or it failed
                     hung_up("the pool", within=5.0)
@@ -205,20 +223,23 @@ def serve(run: Run, store: dist.Store, start: int, loader_state: dict, trainers:
     run.rollouts.engine.close()
     return True
 
+
 def connect_and_serve(port: int, parent: int, index: int) -> None:
-    """As rollout process `index`: connect to the trainer, take the run's config, serve its
-    batches; errors go to it as text."""
+    """As rollout process `index`: connect to the trainer, take the run's config and build the
+    rollout run (while the trainer builds its own), then take the start and serve its batches;
+    errors go to it as text."""
     die_with_parent(parent)
     logging.basicConfig(level=logging.INFO, format=f"%(levelname)s rollout {index} %(name)s: %(message)s")
     conn = Client(("127.0.0.1", port), authkey=bytes.fromhex(os.environ.pop(KEY_ENV)))
     try:
         conn.send_bytes(pickle.dumps(index))  # the trainer orders the connections by it
-        job = pickle.loads(conn.recv_bytes())  # from the trainer that started this process
-        cfg = job["cfg"]
-        store = dist.TCPStore("127.0.0.1", job["port"], cfg.rollout.processes + 1, is_master=False,
+        setup = pickle.loads(conn.recv_bytes())  # from the trainer that started this process
+        cfg = setup["cfg"]
+        store = dist.TCPStore("127.0.0.1", setup["port"], cfg.rollout.processes + 1, is_master=False,
                               timeout=datetime.timedelta(minutes=5))
         pool = join_pool(store, index, cfg.rollout.processes)
-        run = build_rollout_run(cfg, rollout_device(1 + index), pool)
+        run = build_rollout_run(cfg, rollout_device(cfg, index), pool)
+        job = pickle.loads(conn.recv_bytes())  # once the trainer is built (and resumed): where to start
         finished = serve(run, dist.PrefixStore(PAIR_PREFIX, store), job["start"], job["loader"], [conn], pool)
     except BaseException:  # noqa: BLE001 - any failure goes to the trainer, which stops with it
         send(conn, {"kind": "error", "error": traceback.format_exc()})
@@ -226,6 +247,7 @@ def connect_and_serve(port: int, parent: int, index: int) -> None:
         sys.exit(1)
     conn.close()
     leave_pool(pool, finished)
+
 
 def leave_pool(pool: Pool, finished: bool) -> None:
     """Leave the pool's group: with a barrier when every process served to the end
@@ -237,14 +259,16 @@ def leave_pool(pool: Pool, finished: bool) -> None:
         os._exit(0)
     distributed.close()
 
+
 def serve_rank(cfg: Config) -> None:
     """Under torchrun, as a rollout rank (`placement.is_rollout_rank`): build the rollout run,
     publish a listener in torchrun's store, take every trainer rank's connection, serve."""
+    pin_rank_devices(cfg)  # first: before anything initialises CUDA
     rank, world = distributed.launched()
     trainers_world = world - cfg.rollout.processes
     store, key = distributed.launch_store(), secrets.token_bytes(32)
     pool = join_pool(store, rank - trainers_world, cfg.rollout.processes)
-    run = build_rollout_run(cfg, rollout_device(int(os.environ.get("LOCAL_RANK", "0"))), pool)
+    run = build_rollout_run(cfg, rollout_device(cfg, pool.index), pool)
     with Listener((reachable_host(), 0), authkey=key) as listener:
         store.set(f"{ADDRESS_KEY}/{pool.index}", pickle.dumps((*listener.address, key)))
         conns = [listener.accept() for _ in range(trainers_world)]
@@ -266,6 +290,7 @@ def serve_rank(cfg: Config) -> None:
         conn.close()
     if not finished:  # else `cli.main` leaves the pool's group (`distributed.close`)
         leave_pool(pool, finished=False)
+
 
 if __name__ == "__main__":
     connect_and_serve(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]))

@@ -4,13 +4,12 @@ timing (the package's docstring says why), so both sides know in advance which v
 from __future__ import annotations
 
 
-
-
 def weight_version(step: int, k: int, every: int, start: int = 0) -> int:
     """The weights (after which step) batch `step` is generated with: step - 1 - k, but never
     older than the last checkpoint step before `step` (`every` = checkpoint.every) nor `start`."""
     last_checkpoint = (step - 1) // every * every if every else 0
     return max(step - 1 - k, last_checkpoint, start)
+
 
 def broadcast_versions(start: int, steps: int, k: int, every: int) -> list[int]:
     """The versions sent after the initial one (`start`), in order: each needed by some batch."""

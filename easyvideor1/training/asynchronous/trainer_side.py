@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import Client, Connection, Listener
 from typing import Any
@@ -22,10 +23,10 @@ import torch.distributed as dist
 
 from easyvideor1 import distributed
 from easyvideor1.config import Config
-from easyvideor1.training.asynchronous.placement import (ADDRESS_KEY, KEY_ENV, PAIR_PREFIX, rollout_dtype,
-                                                          rollout_env, rollout_ranks)
+from easyvideor1.training.asynchronous.placement import (ADDRESS_KEY, KEY_ENV, PAIR_PREFIX, engine_width,
+                                                          rollout_dtype, rollout_env, rollout_ranks)
 from easyvideor1.training.asynchronous.schedule import broadcast_versions
-from easyvideor1.training.asynchronous.weights import POLL_S, WeightSender, weight_group
+from easyvideor1.training.asynchronous.weights import POLL_S, Window, bucket_layout, pack_bucket, weight_group
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +39,7 @@ class AsyncStats:
     train_wait: float = 0.0  # the rollout process idle, waiting for weights, before this batch
     extra: dict[str, float] = field(default_factory=dict)
 
+
 class RemoteRollouts:
     """The trainer's handle on its rollout processes: start them, send weights, take batches
     (from rollout process 0; the others only generate)."""
@@ -47,29 +49,49 @@ class RemoteRollouts:
         self.processes: list[subprocess.Popen] = []
         self.pending: list[int] = []  # versions still to broadcast, in order
         self.group: Any = None  # the weight group (trainer rank 0 only)
+        # the syncs since the last batch taken (reported with it): the wait for the rollout
+        # processes to be ready, and the gathers and broadcasts
+        self.sync_times: dict[str, float] = {}
 
-    def start(self, model: torch.nn.Module, start: int, loader_state: dict[str, Any]) -> None:
-        """Start the rollout processes for batches start+1..steps and send them the weights of `start`."""
-        t, n = self.cfg.training, self.cfg.rollout.processes
-        self.threads = torch.get_num_threads()  # back after training (validation, export)
-        threads = max(1, self.threads // (n + 1))  # the cores split between the trainer and its rollout processes
-        torch.set_num_threads(threads)
-        self.pending = broadcast_versions(start, t.steps, t.max_staleness, self.cfg.checkpoint.every)
+    def spawn(self) -> None:
+        """Start the rollout processes and hand each the run's config as it connects (a thread), so
+        their imports and model load run while the trainer loads its own (`setup.build_run`)."""
+        n = self.cfg.rollout.processes
+        self.threads = max(1, torch.get_num_threads() // (n + 1))  # the cores split between trainer and rollout
         self.store = dist.TCPStore("127.0.0.1", 0, n + 1, is_master=True, wait_for_workers=False,
                                    timeout=datetime.timedelta(minutes=5))
         key = secrets.token_bytes(32)
         listener = Listener(("127.0.0.1", 0), authkey=key)
-        env = {**os.environ, "OMP_NUM_THREADS": str(threads), KEY_ENV: key.hex()}
+        env = {**os.environ, "OMP_NUM_THREADS": str(self.threads), KEY_ENV: key.hex()}
+        envs = [rollout_env(env, i, n, engine_width(self.cfg)) for i in range(n)]  # a ConfigError before any starts
         for i in range(n):
             self.processes.append(subprocess.Popen([sys.executable, "-m", "easyvideor1.training.asynchronous.rollout_side",
-                                                    str(listener.address[1]), str(os.getpid()), str(i)],
-                                                   env=rollout_env(env, i, n)))
+                                                    str(listener.address[1]), str(os.getpid()), str(i)], env=envs[i]))
             log.info("%s started", self.peer(i))
+        setup = pickle.dumps({"cfg": self.cfg, "port": self.store.port})
+        self.accepted: list[Connection] = []
+        self.acceptor = threading.Thread(target=self._accept, args=(listener, n, setup), name="rollout-accept",
+                                         daemon=True)
+        self.acceptor.start()
+
+    def start(self, model: torch.nn.Module, start: int, loader_state: dict[str, Any]) -> None:
+        """Batches start+1..steps: the rollout processes (started by `spawn`) take `start` and the
+        loader's state, then the weights of `start`."""
+        t, n = self.cfg.training, self.cfg.rollout.processes
+        if not self.processes:
+            self.spawn()
+        self.pending = broadcast_versions(start, t.steps, t.max_staleness, self.cfg.checkpoint.every)
+        self.restore = torch.get_num_threads()  # back after training (validation, export)
+        torch.set_num_threads(self.threads)
         log.info("separate placement: %d rollout process(es), max_staleness %d, %d thread(s) each", n,
-                 t.max_staleness, threads)
-        conns = self._accept(listener, n)
-        job = {"cfg": self.cfg, "port": self.store.port, "start": start, "loader": loader_state}
-        self._join(model, conns, job, dist.PrefixStore(PAIR_PREFIX, self.store))
+                 t.max_staleness, self.threads)
+        while self.acceptor.is_alive():
+            self.alive("their connections")
+            self.acceptor.join(POLL_S)
+        if len(self.accepted) != n:
+            raise RuntimeError("the rollout processes did not connect to the trainer")
+        self._join(model, self.accepted, {"start": start, "loader": loader_state},
+                   dist.PrefixStore(PAIR_PREFIX, self.store))
 
     def peer(self, i: int) -> str:
         """Rollout process i, as messages name it."""
@@ -102,26 +124,19 @@ class RemoteRollouts:
             raise RuntimeError(f"{self.peer(0)}'s model has parameters the policy lacks: {missing[:5]}" if missing
                                else "the rollout processes built models with different parameters")
         self.names = names[0]
-        self._send()
+        self.layout = bucket_layout([self.params[n].shape for n in self.names], rollout_dtype(self.cfg))
+        self._send(job["start"])
 
-    def _accept(self, listener: Listener, n: int) -> list[Connection]:
-        """The rollout processes' connections (authenticated by the key they were given), polling
-        them; in the order of their index (each sends it first)."""
+    def _accept(self, listener: Listener, n: int, setup: bytes) -> None:
+        """Thread: the rollout processes' connections (authenticated by the key they were given),
+        each handed `setup` at once, into `accepted` in the order of their index (each sends it first)."""
         got: list[tuple[int, Connection]] = []
-
-        def accept() -> None:
+        with listener:
             for _ in range(n):
                 conn = listener.accept()
                 got.append((pickle.loads(conn.recv_bytes()), conn))
-        waiter = threading.Thread(target=accept, daemon=True)
-        waiter.start()
-        while waiter.is_alive():
-            self.alive("their connections")
-            waiter.join(POLL_S)
-        listener.close()
-        if len(got) != n:
-            raise RuntimeError("the rollout processes did not connect to the trainer")
-        return [conn for _, conn in sorted(got, key=lambda x: x[0])]
+                conn.send_bytes(setup)
+        self.accepted = [conn for _, conn in sorted(got, key=lambda x: x[0])]
 
     def alive(self, what: str) -> None:
         """Raise, naming every rollout process that is gone and its exit code."""
@@ -140,10 +155,10 @@ class RemoteRollouts:
             self.inbox.put((i, None))
 
     def _message(self, kind: str, source: int = 0) -> dict[str, Any]:
-        """The next message from rollout process `source` (polling every process's liveness); an
-        error from any of them re-raised, naming it (after the liveness check: a peer that died
-        first is the cause)."""
-        while not self.stash[source]:
+        """The next `kind` message from rollout process `source` (polling every process's liveness;
+        messages of other kinds wait in `stash`); an error from any of them re-raised, naming it
+        (after the liveness check: a peer that died first is the cause)."""
+        while not any(m["kind"] == kind for m in self.stash[source]):
             try:
                 i, data = self.inbox.get(timeout=POLL_S)
             except queue.Empty:
@@ -158,10 +173,7 @@ class RemoteRollouts:
                 self.alive(f"a message ({kind})")
                 raise RuntimeError(f"{self.peer(i)} failed:\n{msg['error']}")
             self.stash[i].append(msg)
-        msg = self.stash[source].pop(0)
-        if msg["kind"] != kind:
-            raise RuntimeError(f"expected a {kind} message from {self.peer(source)}, got {msg['kind']}")
-        return msg
+        return self.stash[source].pop([m["kind"] for m in self.stash[source]].index(kind))
 
     def _ended(self, kind: str, i: int) -> None:
         """Connection i ended: its process ends too; its exit code is the message."""
@@ -169,18 +181,35 @@ class RemoteRollouts:
         self.alive(f"a message ({kind})")
         raise RuntimeError(f"{self.peer(i)} closed its connection before sending a {kind} message")
 
-    def _send(self) -> None:
-        """Every parameter, whole, in `names` order (under FSDP2 a collective of every trainer rank);
-        trainer rank 0 broadcasts each to every rollout process as it is gathered (`WeightSender`)."""
-        dtype = rollout_dtype(self.cfg)
-        sender = None if self.group is None else WeightSender(self.group, self.alive)
-        for name in self.names:
-            p = self.params[name].detach()
-            p = p.full_tensor() if hasattr(p, "full_tensor") else p  # FSDP2: the whole parameter
-            if sender is not None:
-                sender.send(p.to(device=self.device, dtype=dtype).contiguous())
-        if sender is not None:
-            sender.finish()
+    def _send(self, version: int) -> None:
+        """The weights after step `version`: every parameter in `names` order, cast to the rollout
+        dtype where it lies (under FSDP2 the local shard: the gather moves rollout-dtype bytes), made
+        whole (FSDP2's `full_tensor`, a collective of every trainer rank, all in this order), one
+        flat bucket per broadcast (`weights.bucket_layout`). Trainer rank 0 first takes each rollout
+        process's "ready" and answers "weights", so neither side enqueues a broadcast while the
+        other is still busy (an NCCL wait would count against its timeout); it broadcasts each
+        bucket as it is gathered (`weights.Window`)."""
+        dtype, window = rollout_dtype(self.cfg), None
+        began = ready = time.perf_counter()
+        if self.group is not None:
+            for i in range(len(self.conns)):
+                self._message("ready", i)
+            ready = time.perf_counter()
+            for conn in self.conns:
+                conn.send_bytes(pickle.dumps({"kind": "weights", "version": version}))
+            window = Window(self.group, self.alive, "the weight broadcast")
+        for bucket in self.layout:
+            parts = []
+            for i in bucket:
+                p = self.params[self.names[i]].detach().to(dtype)
+                p = p.full_tensor() if hasattr(p, "full_tensor") else p  # FSDP2: the whole parameter
+                parts.append(p.to(self.device))
+            if window is not None:
+                window.add(pack_bucket(parts))
+        if window is not None:
+            window.finish()
+        for key, seconds in (("async/ready_wait_s", ready - began), ("async/sync_s", time.perf_counter() - ready)):
+            self.sync_times[key] = self.sync_times.get(key, 0.0) + seconds
 
     def take(self, step: int) -> tuple[Any, dict[str, Any], AsyncStats]:
         """Batch `step`'s scored groups, the loader state after it, and its trip's numbers."""
@@ -188,7 +217,8 @@ class RemoteRollouts:
         if msg["step"] != step:
             raise RuntimeError(f"the rollout process sent batch {msg['step']}, the trainer expected {step}")
         stats = AsyncStats(staleness=float(step - 1 - msg["version"]), train_wait=msg["train_wait"],
-                           extra=msg["metrics"])
+                           extra=msg["metrics"] | self.sync_times)
+        self.sync_times = {}
         return msg["scored"], msg["loader"], stats
 
     def publish(self, step: int) -> bool:
@@ -197,7 +227,7 @@ class RemoteRollouts:
         if not self.pending or self.pending[0] != step:
             return False
         self.pending.pop(0)
-        self._send()
+        self._send(step)
         return True
 
     def close(self) -> None:
@@ -205,7 +235,7 @@ class RemoteRollouts:
         processes, self.processes = self.processes, []
         if not processes:
             return
-        torch.set_num_threads(self.threads)
+        torch.set_num_threads(self.restore)
         for p in processes:
             try:
                 p.wait(timeout=10 if not self.pending else 0.1)
@@ -214,6 +244,7 @@ class RemoteRollouts:
                 p.wait()
         for conn in self.conns:
             conn.close()
+
 
 class RankRollouts(RemoteRollouts):
     """Under torchrun: a trainer rank's handle on the rollout ranks (the last ranks, started by
@@ -263,8 +294,14 @@ class RankRollouts(RemoteRollouts):
         for conn in self.conns:
             conn.close()
 
+
 def remote_rollouts(cfg: Config, device: torch.device, rank: int) -> RemoteRollouts | None:
-    """The trainer's handle on its rollout side under separate placement (None: colocated)."""
+    """The trainer's handle on its rollout side under separate placement (None: colocated). In one
+    process its rollout processes start now (`RemoteRollouts.spawn`): make it before loading the policy."""
     if cfg.rollout.placement != "separate":
         return None
-    return RankRollouts(cfg, device, rank) if rollout_ranks(cfg) else RemoteRollouts(cfg, device)
+    if rollout_ranks(cfg):
+        return RankRollouts(cfg, device, rank)
+    remote = RemoteRollouts(cfg, device)
+    remote.spawn()
+    return remote
