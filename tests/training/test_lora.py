@@ -5,7 +5,6 @@ uninterrupted run; after training the HF engine, the vLLM engine (merged-weight 
 exported merged model agree; the PEFT adapter folder loads with peft. Real tiny models, real
 videos, real subprocesses."""
 
-import json
 import os
 import shutil
 import signal
@@ -168,28 +167,6 @@ def test_separate_placement_equals_colocated(setup, one_process):  # noqa: F811
     assert [r["reward/all"] for r in m1] == [r["reward/all"] for r in m2]
     gaps = [v for r in m2 for k, v in r.items() if k.startswith("parity/max_gap/")]
     assert gaps and max(gaps) < 1e-4  # step 2's batch came from the adapters trained at step 1
-
-
-@pytest.mark.vllm
-def test_separate_placement_with_the_vllm_engine(setup, ipc_dir):  # noqa: F811
-    """The rollout process runs vLLM (float32): at each sync it takes the adapters, then loads its
-    adapted model's merged weights into the engine (`update_weights`, as colocated vLLM does), so
-    step 2's responses, from the adapters of step 1, have the trainer's log-probs."""
-    pytest.importorskip("vllm")
-    from test_vllm_trainer import VLLM
-    from test_vllm_trainer import _env as vllm_env
-
-    root, model, data = setup
-    out = root / "lora_separate_vllm"
-    shutil.rmtree(out, ignore_errors=True)
-    cfg = _lora_config(root, model, data, out, model__lora=SAVE_HEAD, rollout__placement="separate", **VLLM)
-    proc = _cli(["train", cfg], env=vllm_env(root, ipc_dir))
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    assert "LoRA: each weight sync sends the" in proc.stderr
-    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in rows] == [1, 2] and rows[0]["update/grad_norm"] > 1e-3
-    gaps = [v for r in rows for k, v in r.items() if k.startswith("parity/max_gap/")]
-    assert gaps and max(gaps) < 1e-4
 
 
 def test_sigkill_and_resume_equals_uninterrupted(tmp_path):

@@ -73,11 +73,11 @@ gloo's "connection closed by peer"). A rollout side whose trainers hang up (a ru
 ends quietly. Validation runs in the trainer, on an HF engine over the policy (whatever
 `rollout.engine` the rollout side uses), in batches of `rollout.max_batch_tokens` padded tokens.
 On GPUs each rollout process sees only its engine's GPUs (`placement.rollout_env`; a rollout rank
-pins LOCAL_RANK's before CUDA starts, `placement.pin_rank_devices`). Video tools run their multi-turn loop on the rollout
-side, built as colocated (`setup.make_rollouts`); ReMax's greedy baseline is generated there with
-the batch's weights and travels with it (`ScoredGroups.greedy`). LoRA: the rollout side adapts
-its model as the trainer does (`apply_lora`) and names only the trained parameters in its hello,
-so only they travel; vLLM then loads the merged weights, as colocated. Sequence parallelism:
-every trainer rank of an SP group takes its data-parallel rank's share. Not yet: a vLLM
-tensor-parallel size that does not divide N.
+pins LOCAL_RANK's before CUDA starts, `placement.pin_rank_devices`). Video tools run their
+multi-turn loop on the rollout side, built as colocated (`setup.make_rollouts`); ReMax's greedy
+baseline is generated there with the batch's weights and travels with it (`ScoredGroups.greedy`).
+LoRA: the rollout side adapts its model as the trainer does (`apply_lora`) and names only the
+trained parameters in its hello, so only they travel; vLLM then loads the merged weights, as
+colocated. Sequence parallelism: every trainer rank of an SP group takes its data-parallel rank's
+share. Not yet: a vLLM tensor-parallel size that does not divide N.
 """
