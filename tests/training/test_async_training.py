@@ -402,18 +402,6 @@ def _equals_one_vllm_process(one, out, base):
 
 
 @pytest.mark.vllm
-def test_two_vllm_rollout_processes_equal_one(setup, vllm_env, vllm_separate):
-    """2 rollout processes, each one rank of a vLLM pool (vLLM's external_launcher on the pool's own
-    process group, an engine each, tensor_parallel_size 1), each generating half of every batch with
-    the responses' own seeds: the responses of one vLLM rollout process, and its parameters."""
-    root, model, data = setup
-    out = _finish(_train(_vllm_config(root, model, data, "vllm2", processes=2), env=vllm_env), timeout=900)
-    assert "rollout process 0 (pid" in out and "rollout process 1 (pid" in out
-    assert "Traceback" not in out  # each engine shut down before its pool's group was left, not at exit
-    _equals_one_vllm_process(vllm_separate, root / "vllm2", model)
-
-
-@pytest.mark.vllm
 def test_torchrun_two_vllm_rollout_ranks_one_tensor_parallel_engine(setup, vllm_env, vllm_separate):
     """torchrun with 3 processes, rollout.processes=2 and rollout.tensor_parallel_size=2: rank 0
     trains, ranks 1-2 are the pool and one vLLM engine over both (external_launcher sees the pool's
