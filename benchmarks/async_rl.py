@@ -15,10 +15,14 @@ process idle for weights, `gen` its generation + scoring per batch. Also the who
 ratio (each process from start to end: imports and start-up included, for `separate` its
 rollout process's too) and the trainer's weight sync against its update (the broadcast itself,
 `async/sync_s`, apart from its wait for the rollout process to be ready, `async/ready_wait_s`).
+`partial`: `separate` with partial rollouts (`rollout.partial`: a stale batch switches to the
+weights after step s-1 after `--partial-tokens` decode steps), `arrival`: the same switching as
+those weights arrive (`rollout.partial_tokens=0`); their staleness per token is printed.
 `--task tools`: the demo's tools task instead (`demo --tools`: the flash task joins the mix,
 responses may call crop_video; `TOOL_OVERRIDES`).
 
-Usage: python benchmarks/async_rl.py [--steps 60] [--warmup 3] [--repeats 1] [--task demo|tools] [--work DIR]
+Usage: python benchmarks/async_rl.py [--steps 60] [--warmup 3] [--repeats 1] [--task demo|tools]
+       [--partial-tokens N] [--work DIR]
 """
 
 from __future__ import annotations
@@ -49,12 +53,15 @@ VARIANTS = {  # name: (overrides, intra-op threads of the process; `separate` ha
     "colocated": (["rollout.placement=colocated"], 2),
     "colocated-1t": (["rollout.placement=colocated"], 1),
     "separate": (["rollout.placement=separate", "training.max_staleness=1"], 2),
+    "partial": (["rollout.placement=separate", "training.max_staleness=1", "rollout.partial=true"], 2),
+    "arrival": (["rollout.placement=separate", "training.max_staleness=1", "rollout.partial=true",
+                 "rollout.partial_tokens=0"], 2),
 }
 STAGES = ("time/prepare", "time/rollout", "time/rollout_wait", "time/old_logprob", "time/update", "time/sync",
           "time/weight_sync", "time/train_wait", "async/rollout_s", "async/prepare_s")
-TASK_SETS = {  # --task: (tasks, training mix, extra overrides)
-    "demo": (TASKS, DEMO_TRAIN_MIX, []),
-    "tools": (TASKS + OPT_IN_TASKS, DEMO_TOOLS_MIX, TOOL_OVERRIDES),
+TASK_SETS = {  # --task: (tasks, training mix, extra overrides, default --partial-tokens)
+    "demo": (TASKS, DEMO_TRAIN_MIX, [], 16),  # answers of up to rollout.max_tokens=40 tokens
+    "tools": (TASKS + OPT_IN_TASKS, DEMO_TOOLS_MIX, TOOL_OVERRIDES, 64),  # a flash trajectory: ~225 tokens
 }
 
 
@@ -80,11 +87,14 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=1, help="runs per variant (alternating)")
     ap.add_argument("--task", choices=sorted(TASK_SETS), default="demo",
                     help="the demo's task (default) or its tools task (`demo --tools`)")
+    ap.add_argument("--partial-tokens", type=int, default=None,
+                    help="`partial`'s rollout.partial_tokens (default: 16 for the demo task, 64 for tools)")
     ap.add_argument("--work", default=None, help="folder for model, data and runs (default: a temp dir)")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
     work = Path(args.work or tempfile.mkdtemp(prefix="async_rl_"))
-    tasks, mix, task_overrides = TASK_SETS[args.task]
+    tasks, mix, task_overrides, partial_tokens = TASK_SETS[args.task]
+    task_overrides = [*task_overrides, f"rollout.partial_tokens={args.partial_tokens or partial_tokens}"]  # `arrival`: 0
     model = build_tiny_model("qwen2_5_vl", work / "model", seed=0)
     paths = write_suite(work / "data", num_train=512, num_val=8, seed=0, tasks=tasks, train_mix=mix)
     base = [*demo_overrides(model, paths, work / "cache", work / "runs", seed=0), *task_overrides]  # out_dir: per run
@@ -107,11 +117,18 @@ def main() -> None:
     print(f"separate (k=1) / colocated: {rate['separate'] / rate['colocated']:.2f}x steps per second")
     print(f"separate (k=1) / colocated-1t (the faster colocated setting here?): "
           f"{rate['separate'] / rate['colocated-1t']:.2f}x steps per second")
+    for name in ("partial", "arrival"):
+        print(f"{name} (k=1, partial rollouts) / colocated: {rate[name] / rate['colocated']:.2f}x, / colocated-1t: "
+              f"{rate[name] / rate['colocated-1t']:.2f}x steps per second")
+    for name in ("separate", "partial", "arrival"):
+        print(f"{name}: staleness per token {statistics.mean(m['async/staleness_mean'] for m in rows[name]):.3f} "
+              f"(mean over the timed steps), train_wait {statistics.mean(m['time/train_wait'] for m in rows[name]):.3f} s")
     wall = {name: statistics.mean(w) for name, w in walls.items()}
     print("whole run (process start to end, {} steps): {}".format(
         args.warmup + args.steps, ", ".join(f"{name} {w:.1f} s" for name, w in wall.items())))
     print(f"whole run, colocated / separate (k=1): {wall['colocated'] / wall['separate']:.2f}x, "
-          f"colocated-1t / separate: {wall['colocated-1t'] / wall['separate']:.2f}x")
+          f"colocated-1t / separate: {wall['colocated-1t'] / wall['separate']:.2f}x, colocated / partial: "
+          f"{wall['colocated'] / wall['partial']:.2f}x, colocated / arrival: {wall['colocated'] / wall['arrival']:.2f}x")
     update = statistics.mean(m["time/update"] for m in rows["separate"])
     synced = [m for m in rows["separate"] if "async/sync_s" in m] or [{"async/sync_s": 0.0, "async/ready_wait_s": 0.0}]
     sync, ready = (statistics.mean(m[k] for m in synced) for k in ("async/sync_s", "async/ready_wait_s"))

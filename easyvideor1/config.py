@@ -137,6 +137,10 @@ class RolloutConfig:
     """`colocated`: the trainer generates; `separate`: rollout processes generate and score (`training.asynchronous`)."""
     processes: int = 1
     """Rollout processes under `separate` placement, each generating a share of every batch: under torchrun the last ranks, else started by `easyvideor1 train`."""
+    partial: bool = False
+    """Partial rollouts (separate placement, max_staleness >= 1, hf engine): a batch's unfinished responses continue with each newer weight sync, every token recording its weight version."""
+    partial_tokens: int = 64
+    """Partial rollouts: decode steps between a batch's weight switches (reproducible, resumes exactly); 0: switch as each sync arrives (never waits; timing places the switches)."""
 
     def __post_init__(self) -> None:
         get_tools(self.tools)  # unknown names list the valid ones
@@ -144,6 +148,9 @@ class RolloutConfig:
             raise ValueError(f"rollout.max_turns must be >= 1, got {self.max_turns}")
         if self.max_batch_tokens < 0:
             raise ValueError(f"rollout.max_batch_tokens must be >= 0 (0: off), got {self.max_batch_tokens}")
+        if self.partial_tokens < 0:
+            raise ValueError(f"rollout.partial_tokens must be >= 0 (0: as each weight sync arrives), got "
+                             f"{self.partial_tokens}")
         if min(self.tool_call_visual_tokens, self.tool_response_visual_tokens) < 1:
             raise ValueError("rollout.tool_call_visual_tokens and tool_response_visual_tokens must be >= 1")
 

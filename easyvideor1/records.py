@@ -143,6 +143,7 @@ class Rollout:
     token_ids: list[int]  # response tokens, end-of-turn token included when generated
     text: str
     logprobs: list[float] | None = None  # behaviour policy's per-token log-probs (None: unknown)
+    versions: list[int] | None = None  # per token: the weights' version that sampled it (separate placement)
     finish_reason: str = "stop"  # stop | length | offline
     offline: bool = False  # an offline trajectory placed by the hybrid slot
     truncated: bool = False  # cut to the response limit (offline trajectories only)

@@ -22,17 +22,28 @@ stops only when every rank's rows are done.
 
 Departure: the vision tower runs once per sample, not once per prompt (n copies of a prompt
 are n rows of the batch).
+
+Partial rollouts (`rollout.partial`, separate placement): the rollout side stamps the engine with
+its weights' version (`HFEngine.version`, recorded per token in `Rollout.versions`) and hands it
+the batch's later versions (`WeightSwitches`): after every `rollout.partial_tokens` decode steps
+of the batch's generation (or as each arrives) the engine loads the next one and continues the unfinished rows from a
+new prefill of prompt + tokens so far (their KV cache recomputed with the new weights, as AReaL
+does; PipelineRL keeps the stale cache instead), so each token is sampled from one version's
+policy and its behaviour log-prob is that policy's.
 """
 
 from __future__ import annotations
 
 from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
 from easyvideor1 import distributed
 from easyvideor1.models.collate import collate
 from easyvideor1.models.families import Family
+from easyvideor1.models.inputs import append_response
 from easyvideor1.models.mrope import MRopeSpec
 from easyvideor1.models.packing import PACKED_ATTENTION, PaddedRows, language_attention
 from easyvideor1.models.ulysses import ULYSSES_ATTENTION
@@ -99,6 +110,30 @@ def _eval_mode(model):
         model.train(was_training)
 
 
+@dataclass
+class WeightSwitches:
+    """Partial rollouts: `load(v)` brings the engine's model to the next of `versions` (oldest
+    first) after every `every` decode steps (counted over all the `generate` calls of one batch:
+    chunks, tool turns, dynamic-sampling rounds), or with `every` 0 at the first decode step at
+    which `arrived(v)` says the trainer is sending it. Counted switches are fixed by the seeds (a
+    run is reproducible, a resumed one exact); switches on arrival never make the rollout side wait
+    but fall where the timing puts them."""
+
+    every: int
+    versions: list[int]
+    load: Callable[[int], None]
+    arrived: Callable[[int], bool] | None = None
+    steps: int = 0
+
+    def after_step(self) -> int | None:
+        """Count one decode step; the version to switch to now, or None."""
+        self.steps += 1
+        if not self.versions:
+            return None
+        due = self.arrived(self.versions[0]) if self.every == 0 else self.steps % self.every == 0
+        return self.versions.pop(0) if due else None
+
+
 class HFEngine:
     """`RolloutEngine` on a transformers Qwen-VL model (the policy being trained, or a copy)."""
 
@@ -130,6 +165,8 @@ class HFEngine:
         self.pad_token_id = int(pad) if pad is not None else min(self.eos_ids)
         self.banned = banned_token_ids(self.tokenizer)
         self._empty: Prompt | None = None  # built when a rank first has nothing to decode
+        self.version: int | None = None  # the weights' version, recorded per token (separate placement)
+        self.switches: WeightSwitches | None = None  # partial rollouts: newer weights mid-generation
 
     # -- protocol -------------------------------------------------------------------------
 
@@ -210,6 +247,7 @@ class HFEngine:
         b = len(prompts)
         tokens: list[list[int]] = [[] for _ in range(b)]
         logprobs: list[list[float]] = [[] for _ in range(b)]
+        versions: list[list[int]] = [[] for _ in range(b)]
         finish: list[str | None] = [None] * b
         texts = [_TextStream(self.tokenizer, p.inputs.input_ids.tolist()) for p in prompts]
 
@@ -225,11 +263,18 @@ class HFEngine:
                         tok = new_ids[r]
                         tokens[r].append(tok)
                         logprobs[r].append(new_lps[r])
+                        versions[r].append(self.version)
                         finish[r] = texts[r].add(tok, tok in stop_ids, params)
                         if finish[r] is None and step + 1 == params.max_tokens:
                             finish[r] = "length"
                 if distributed.all_true(all(f is not None for f in finish)):
                     break
+                switch = None if self.switches is None else self.switches.after_step()
+                if switch is not None:  # partial rollouts: newer weights, the rows' KV cache recomputed
+                    self.switches.load(switch)
+                    self.version = switch
+                    out, attention, positions = self._prefill_again(prompts, tokens)
+                    continue
                 fed = torch.tensor(
                     [t[-1] if f is None else self.pad_token_id for t, f in zip(tokens, finish)], device=device
                 )
@@ -249,9 +294,21 @@ class HFEngine:
                 text=texts[r].text,
                 logprobs=logprobs[r],
                 finish_reason=finish[r],
+                versions=None if self.version is None else versions[r],
             )
             for r in range(b)
         ]
+
+    def _prefill_again(self, prompts: list[Prompt], tokens: list[list[int]]):
+        """Partial rollouts, after a weight switch: each row's prompt + tokens so far through the
+        model again (left-padded: every row ends in its last token). The model output (the next
+        token's logits, the new KV cache), the attention mask and each row's last position."""
+        model = self.model
+        param = next(model.parameters())
+        batch = collate([append_response(p.inputs, t, self.spec) for p, t in zip(prompts, tokens)], self.family,
+                        self.spec, self.pad_token_id, padding_side="left").to(param.device, dtype=param.dtype)
+        out = model(**_prefill_kwargs(model, batch), use_cache=True, logits_to_keep=1)
+        return out, batch.attention_mask, batch.position_ids[:, :, -1:]
 
 
 class _TextStream:

@@ -78,8 +78,8 @@ def make_batch(prompts: list[Prompt], groups: list[list[Rollout]],
     rollouts = [r for g in groups for r in g]
     errors = [x.error is not None for x in results or []]
     if any(errors):
-        rollouts = [replace(r, token_ids=[], logprobs=None, finish_reason="reward_error", model_mask=None, media=None)
-                    if bad else r
+        rollouts = [replace(r, token_ids=[], logprobs=None, versions=None, finish_reason="reward_error",
+                            model_mask=None, media=None) if bad else r
                     for r, bad in zip(rollouts, errors)]
     if not rollouts:
         raise ValueError("no responses in this step (every prompt failed?)")

@@ -93,7 +93,7 @@ def take_stage(run: Run, step: int, m: StepMetrics) -> ScoredGroups:
     with m.timer("rollout_wait"):
         scored, loader_state, trip = run.remote.take(step)
     run.loader.load_state_dict(loader_state)  # what a checkpoint after this step saves
-    m.glob.update({"async/staleness_mean": trip.staleness, "async/staleness_max": trip.staleness,
+    m.glob.update({"async/staleness_mean": trip.staleness_mean, "async/staleness_max": trip.staleness_max,
                    "time/train_wait": trip.train_wait, **trip.extra})
     return scored
 
@@ -207,8 +207,11 @@ def train_step(run: Run, step: int) -> dict[str, float]:
         if batch.old_log_probs is not None:  # else the update measures it on the same tokens
             m.glob["kl/policy_ref"] = policy_ref_kl(batch)
     if testhooks.armed("trainer.logprobs"):  # tests: which weights generated the batch (test_async_training)
+        versions = torch.full_like(batch.response_ids, -1)  # the weights that sampled each token (-1: unknown)
+        for i, r in enumerate(batch.rollouts):
+            versions[i, :len(r.versions or ())] = torch.tensor(r.versions or [], dtype=torch.long)
         torch.save({"behaviour": batch.behaviour_log_probs, "old": batch.old_log_probs, "ref": batch.ref_log_probs,
-                    "known": batch.behaviour_known()},
+                    "known": batch.behaviour_known(), "versions": versions},
                    f"{run.cfg.logging.out_dir}/logprobs-{step:06d}.rank{run.rank}.pt")
     with timer("advantage"):
         m.glob.update(advantage_stage(run, batch, greedy))

@@ -13,7 +13,7 @@ from rollout_helpers import adversarial_copy, full_forward_logprobs, load_tiny
 
 from easyvideor1.models.inputs import append_response
 from easyvideor1.rollout.base import RolloutEngine, SamplingParams, check_no_banned
-from easyvideor1.rollout.hf_engine import HFEngine
+from easyvideor1.rollout.hf_engine import HFEngine, WeightSwitches
 
 GREEDY = SamplingParams(temperature=0, max_tokens=6)
 
@@ -190,6 +190,50 @@ def test_update_weights_and_errors(hf_tiny_dirs, tmp_path):
     with pytest.raises(ValueError, match="'vid'.*already hold 2 response tokens"):
         engine.generate([answered], 1, GREEDY)
     assert [p.modality for p in prompts] == ["video", "image", "text", "image+video"]
+
+
+def test_partial_rollouts_continue_with_the_new_weights(hf_tiny_dirs, tmp_path):
+    """A weight switch after 3 decode steps (`WeightSwitches`, rollout.partial): each response's
+    first 3 tokens are sampled from the old weights and the rest from the new ones with the KV
+    cache recomputed, so every token's log-prob is that of a full forward of its version's model
+    (with a stale cache the tail would be neither's), and each token records its version. A switch
+    on arrival happens at the first decode step after the weights arrive."""
+    from easyvideor1.models.tiny import build_tiny_model
+
+    old = load_tiny("qwen2_vl", hf_tiny_dirs["qwen2_vl"])
+    new = load_tiny("qwen2_vl", build_tiny_model("qwen2_vl", tmp_path / "new", seed=1))
+    engine = engine_of(load_tiny("qwen2_vl", hf_tiny_dirs["qwen2_vl"]))
+    params = SamplingParams(temperature=1.0, max_tokens=8, seed=5)
+    prompts = old.prompts()
+    loaded = []
+
+    def load(version):
+        engine.model.load_state_dict(new.model.state_dict())
+        loaded.append(version)
+
+    engine.version, engine.switches = 0, WeightSwitches(every=3, versions=[1], load=load)
+    out = engine.generate(prompts, 2, params)
+    assert loaded == [1] and engine.version == 1 and engine.switches.versions == []
+    assert max(len(r.token_ids) for g in out for r in g) > 3  # tokens after the switch
+    for prompt, group in zip(prompts, out):
+        for r in group:
+            head = min(3, len(r.token_ids))
+            assert r.versions == [0] * head + [1] * (len(r.token_ids) - head)
+            got = torch.tensor(r.logprobs)
+            assert torch.allclose(got[:head], full_forward_logprobs(old, prompt, r, params)[:head], atol=1e-4)
+            assert torch.allclose(got[head:], full_forward_logprobs(new, prompt, r, params)[head:], atol=1e-4), \
+                prompt.sample.problem_id
+    # on arrival (every=0): at the first decode step after which `arrived` says so, here the 5th
+    engine.switches = WeightSwitches(every=0, versions=[2], load=loaded.append, arrived=lambda v: steps() >= 5)
+    steps = lambda: engine.switches.steps  # noqa: E731
+    for r in (r for g in engine.generate(prompts, 1, params) for r in g):
+        head = min(5, len(r.token_ids))
+        assert r.versions == [1] * head + [2] * (len(r.token_ids) - head)
+    assert loaded == [1, 2]
+    engine.switches, engine.version = None, 1
+    assert all(r.versions == [1] * len(r.token_ids) for g in engine.generate(prompts, 1, params) for r in g)
+    engine.version = None  # colocated: nothing recorded
+    assert all(r.versions is None for g in engine.generate(prompts, 1, params) for r in g)
 
 
 def test_package_imports_without_vllm():

@@ -144,14 +144,17 @@ def test_multiturn_logprobs_match_the_trainer(callers, clip, family):
     """A model taught to call crop_video: its first turn calls it, a clip comes back mid-sequence,
     and it goes on (up to 3 turns; later, malformed calls get error turns), batched with a
     plain response. The trainer's log-probs of the
-    model's tokens equal the engine's; no tool token (text or video) is in the loss mask."""
+    model's tokens equal the engine's; no tool token (text or video) is in the loss mask. Each
+    model token records the engine's weight version (separate placement), each tool token -1."""
     tiny, prompt, model = callers(family)
     engine = HFEngine(model, tiny.processor, tiny.family, tiny.spec)
     tools = ToolEngine(engine, tiny.processor, tiny.family, tiny.spec, TOOLS, ClipSource(vision_of(family)),
                        ToolLimits(max_turns=3, call_visual_tokens=64, response_visual_tokens=256))
     params = SamplingParams(temperature=0, max_tokens=400)
+    engine.version = 3  # separate placement's weights version: each model token records it, tool tokens -1
     (group,) = tools.generate([prompt], 1, params)
     (multi,) = group
+    assert multi.versions == [3 if m else -1 for m in multi.model_mask]
     assert len(multi.turn_texts) >= 2 and multi.tool_calls[0].error is None and multi.media is not None
     assert multi.turn_texts[0] == CALL and multi.tool_calls[0].visual_tokens > 0
     text_prompt = tool_prompt(tiny, clip, "plain", tools=())  # no tools listed: it answers in one turn

@@ -3,7 +3,8 @@ are trainer ranks (`RankRollouts`, the real trainer side) holding FSDP2 shards o
 parameters; rank 2 is a rollout rank that answers as `rollout_side.serve_rank` does and receives
 with the real `WeightReceiver`, in bfloat16. Records what crosses: on the trainer ranks the dtype
 of every all-gather of the syncs; on the rollout rank each broadcast it posts and each message it
-takes from trainer rank 0, in order, and whether the weights arrived bit for bit. Writes
+takes from trainer rank 0, in order, whether trainer rank 0 said it sends before the rollout rank
+said it was ready (`WeightReceiver.arrived`), and whether the weights arrived bit for bit. Writes
 `<out>/weights-rank<r>.json`. A test helper, run as a script:
 
     async_weights_worker.py OUT_DIR
@@ -13,6 +14,7 @@ import json
 import pickle
 import secrets
 import sys
+import time
 from multiprocessing.connection import Listener
 from pathlib import Path
 
@@ -107,7 +109,10 @@ def rollout(rank: int, out: Path) -> None:
                                                              requires_grad=False))
     receiver = WeightReceiver(Recorded(group, events), [p for p in received.parameters()], torch.bfloat16,
                               [Recorded(trainers[0], events), trainers[1]])
-    equal = []
+    equal, deadline = [], time.monotonic() + 120
+    while not receiver.arrived(0) and time.monotonic() < deadline:  # said before this side's "ready"
+        time.sleep(0.01)
+    arrived = receiver.arrived(0)
     for version in (0, 1):
         receiver.receive(version)
         equal.append(all(torch.equal(received.get_parameter(n), model.get_parameter(n).to(torch.bfloat16))
@@ -116,7 +121,7 @@ def rollout(rank: int, out: Path) -> None:
     store.set("received", "1")
     for conn in trainers:
         conn.close()
-    (out / f"weights-rank{rank}.json").write_text(json.dumps({"events": events, "equal": equal,
+    (out / f"weights-rank{rank}.json").write_text(json.dumps({"events": events, "equal": equal, "arrived": arrived,
                                                               "layout": receiver.layout}))
 
 

@@ -1,7 +1,6 @@
 """Separate rollout placement (`training.asynchronous`): real rollout processes, real weight
 broadcasts over gloo, real kills."""
 
-import json
 import os
 import re
 import shutil
@@ -83,6 +82,17 @@ def test_placement_errors_name_the_field():
                                        "rollout.tensor_parallel_size=2"]), 1)  # one engine over both
     check_placement(load_config(None, ["rollout.placement=separate", "model.lora.rank=8"]), 1)  # adapters travel
     check_placement(load_config(None, ["rollout.placement=separate", "training.sequence_parallel_size=2"]), 3)
+    partial = ["rollout.partial=true", "rollout.placement=separate", "training.max_staleness=1"]
+    check_placement(load_config(None, partial), 1)
+    check_placement(load_config(None, partial + ["rollout.tools=[crop_video]"]), 2)  # torchrun: one rollout rank
+    with pytest.raises(ConfigError, match="rollout.partial=true .* needs rollout.placement=separate and training"):
+        check_placement(load_config(None, partial[:2]), 1)
+    with pytest.raises(ConfigError, match="rollout.partial=true runs on rollout.engine=hf only, not vllm"):
+        check_placement(load_config(None, partial + ["rollout.engine=vllm"]), 1)
+    with pytest.raises(ConfigError, match="rollout.partial=true runs with rollout.processes=1 only, not 2"):
+        check_placement(load_config(None, partial + ["rollout.processes=2"]), 1)
+    with pytest.raises(ValueError, match="rollout.partial_tokens must be >= 0"):
+        load_config(None, partial + ["rollout.partial_tokens=-1"])
 
 
 def _scored(slots, n=2):
@@ -246,20 +256,38 @@ def _gaps(out, step):
     return tuple(float((saved["behaviour"] - saved[key])[known].abs().max()) for key in ("old", "ref"))
 
 
+def _partial_gaps(out, step, head):
+    """Batch `step` of a partial-rollouts run (a switch after `head` decode steps): the versions of
+    its generated tokens by position (head, tail), and the largest |gap| of the behaviour log-probs
+    to the proximal policy (after step - 1) and to the reference (after step 0) on each version's
+    tokens."""
+    saved = torch.load(out / f"logprobs-{step:06d}.rank0.pt")
+    known, versions = saved["known"], saved["versions"]
+    assert known.sum() > 10 and bool((versions[known] >= 0).all())
+    by_place = (set(versions[:, :head][known[:, :head]].tolist()), set(versions[:, head:][known[:, head:]].tolist()))
+    gaps = {}
+    for v in set(versions[known].tolist()):
+        on = known & (versions == v)
+        gaps[v] = tuple(float((saved["behaviour"] - saved[key])[on].abs().max()) for key in ("old", "ref"))
+    return by_place, gaps
+
+
 def test_one_step_stale_uses_decoupled_ppo_and_resumes_exactly(setup):
     """k = 1: batch s comes from the weights after step s-2 (staleness 1 after the first step),
-    shown on the batches' log-probs, the rollout correction is on (token_tis against the proximal
-    policy), and a run SIGKILLed after its step-2 checkpoint and resumed ends with the parameters
-    of an uninterrupted run."""
+    shown on the batches' log-probs, and the rollout correction is on (token_tis against the
+    proximal policy). With partial rollouts (a switch after 6 of the 12 tokens) a stale batch's
+    first 6 tokens come from the weights after step s-2 and the rest from those after step s-1,
+    each token's log-prob its version's, and a run SIGKILLed after its step-2 checkpoint and
+    resumed ends with the parameters of an uninterrupted run. Switching as the weights arrive
+    (partial_tokens 0), each token is still sampled from its recorded version."""
     root, model, data = setup
     steps = 4
     # a reference (the base model) and old log-probs every step (the parity check): the trainer's
     # forward at the weights after step 0 and after step s-1, on every batch
     witness = {"algorithm__disable_kl": False, "rollout__parity_check_every": 1}
-    straight = _async_config(root, model, data, "k1", steps, checkpoint={"every": 2, "resume": "auto"}, **witness)
-    killed = _async_config(root, model, data, "k1_killed", steps, checkpoint={"every": 2, "resume": "auto"},
-                           **witness)
-    out = _finish(_train(straight, env=ENV | {"EASYVIDEOR1_TEST_HOOK": "trainer.logprobs:1:save"}))
+    hook = ENV | {"EASYVIDEOR1_TEST_HOOK": "trainer.logprobs:1:save"}
+    checkpoints = {"every": 2, "resume": "auto"}
+    out = _finish(_train(_async_config(root, model, data, "k1", steps, checkpoint=checkpoints, **witness), env=hook))
     assert "rollout correction: token_tis (auto: the run is asynchronous" in out
     gaps = [_gaps(root / "k1", s) for s in range(1, steps + 1)]
     # checkpoint every 2: batch 3 is generated with step 2's weights (a checkpoint holds nothing in flight)
@@ -270,18 +298,47 @@ def test_one_step_stale_uses_decoupled_ppo_and_resumes_exactly(setup):
     rows = read_metrics(root / "k1" / "metrics.jsonl")
     assert [r["async/staleness_max"] for r in rows] == [0.0, 1.0, 0.0, 1.0]  # what the rollout process says
 
+    partial = {"rollout__partial": True, "rollout__partial_tokens": 6, **witness}
+    _finish(_train(_async_config(root, model, data, "k1p", steps, checkpoint=checkpoints, **partial), env=hook))
+    for s in range(1, steps + 1):
+        by_place, gaps = _partial_gaps(root / "k1p", s, head=6)
+        assert gaps[s - 1][0] < 1e-4, (s, gaps)  # the tokens of the weights after step s-1: the proximal policy's
+        if s in (1, 3):  # on-policy (step 3: after a checkpoint): no switch
+            assert by_place == ({s - 1}, {s - 1}), (s, by_place)
+            continue
+        assert by_place == ({s - 2}, {s - 1}), (s, by_place)
+        assert gaps[s - 2][0] > 1e-3, (s, gaps)  # the head: older weights ...
+    assert _partial_gaps(root / "k1p", 2, head=6)[1][0][1] < 1e-4  # ... batch 2's: the base model's
+    rows = read_metrics(root / "k1p" / "metrics.jsonl")
+    assert [r["async/staleness_max"] for r in rows] == [0.0, 1.0, 0.0, 1.0]
+    assert all(0.0 < rows[i]["async/staleness_mean"] < 1.0 for i in (1, 3)), rows  # per token: head 1, tail 0
+
+    # switches as the weights arrive: wherever the timing puts them, each token still its version's
+    arrival = {**partial, "rollout__partial_tokens": 0}
+    _finish(_train(_async_config(root, model, data, "k1a", 3, **arrival), env=hook))
+    for s in (2, 3):
+        saved = torch.load(root / "k1a" / f"logprobs-{s:06d}.rank0.pt")
+        known, versions = saved["known"], saved["versions"]
+        rows = known.any(dim=1)
+        assert set(versions[known].tolist()) <= {s - 2, s - 1}
+        later = torch.where(known, versions, s - 1)  # each row's versions never go back
+        assert bool((later[rows, 1:] >= later[rows, :-1]).all()), versions
+        _, gaps = _partial_gaps(root / "k1a", s, head=0)
+        assert gaps.get(s - 1, (0.0,))[0] < 1e-4 and (s != 2 or gaps.get(0, (0.0, 0.0))[1] < 1e-4), (s, gaps)
+
+    killed = _async_config(root, model, data, "k1p_killed", steps, checkpoint=checkpoints, **partial)
     proc = _train(killed)
-    ckpt = root / "k1_killed" / "checkpoints" / "step-000002" / "state.json"
+    ckpt = root / "k1p_killed" / "checkpoints" / "step-000002" / "state.json"
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline and not ckpt.exists() and proc.poll() is None:
         time.sleep(0.05)
     proc.send_signal(signal.SIGKILL)
     proc.communicate()
-    assert not (root / "k1_killed" / "checkpoints" / f"step-{steps:06d}").exists(), "finished before the kill"
+    assert not (root / "k1p_killed" / "checkpoints" / f"step-{steps:06d}").exists(), "finished before the kill"
     out = _finish(_train(killed))
     assert "resumed from" in out
-    a = load_file(str(root / "k1" / "hf_model" / "model.safetensors"))
-    b = load_file(str(root / "k1_killed" / "hf_model" / "model.safetensors"))
+    a = load_file(str(root / "k1p" / "hf_model" / "model.safetensors"))
+    b = load_file(str(root / "k1p_killed" / "hf_model" / "model.safetensors"))
     for n in a:
         assert torch.equal(a[n], b[n]), n
 

@@ -76,6 +76,8 @@ def test_trainer_ranks_gather_in_the_rollout_dtype(synced):
 
 
 def test_receives_are_posted_only_after_the_trainer_says_it_sends(synced):
+    """... which it says first, so a partial rollout can switch as the weights arrive without waiting."""
+    assert synced[2]["arrived"]
     syncs = _syncs(synced[2]["events"])
     assert [s[0] for s in syncs] == [["message", {"kind": "weights", "version": v}] for v in (0, 1)]
     assert all(e[0] == "broadcast" for s in syncs for e in s[1:])

@@ -71,6 +71,7 @@ class _Trajectory:
     tokens: list[int] = field(default_factory=list)
     mask: list[bool] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
+    versions: list[int] | None = field(default_factory=list)  # per token (tool turns: -1); None: unknown
     texts: list[str] = field(default_factory=list)
     calls: list[ToolCall] = field(default_factory=list)
     media: TurnMedia | None = None
@@ -140,6 +141,7 @@ class ToolEngine:
         s.placeholder_ids += ids
         s.mask += [True] * len(ids)
         s.logprobs += logprobs
+        s.versions = None if s.versions is None or r.versions is None else s.versions + r.versions[:len(ids)]
         s.texts.append(r.text)
         calls = parse_tool_calls(r.text) if finish == "stop" and s.tools else []
         s.unanswered = bool(calls)
@@ -170,6 +172,7 @@ class ToolEngine:
         s.tool_frames += [m for out in outputs for m in out.media]
         s.mask += [False] * len(turn_ids)
         s.logprobs += [0.0] * len(turn_ids)
+        s.versions = None if s.versions is None else s.versions + [-1] * len(turn_ids)
         s.media = media if s.media is None else s.media.then(media)
         s.tool_turns += 1
 
@@ -187,8 +190,8 @@ class ToolEngine:
 
     def _rollout(self, index: int, s: _Trajectory) -> Rollout:
         return Rollout(prompt_index=index, token_ids=s.tokens, text="" if s.unanswered else s.texts[-1],
-                       logprobs=s.logprobs, finish_reason=s.finish, model_mask=s.mask if s.tool_turns else None,
-                       media=s.media, tool_calls=s.calls, turn_texts=s.texts)
+                       logprobs=s.logprobs, versions=s.versions, finish_reason=s.finish,
+                       model_mask=s.mask if s.tool_turns else None, media=s.media, tool_calls=s.calls, turn_texts=s.texts)
 
     def replay(self, prompt: Prompt, offline: Rollout, max_tokens: int) -> Rollout:
         """An offline trajectory whose text calls tools, as a multi-turn response: its text is cut
@@ -214,7 +217,8 @@ class ToolEngine:
                         "%s); each such call is an error turn", prompt.sample.problem_id, ", ".join(withheld),
                         ", ".join(s.tools))
         out = self._rollout(offline.prompt_index, s)
-        return replace(out, logprobs=None, finish_reason="offline", offline=True, truncated=s.finish == "length")
+        return replace(out, logprobs=None, versions=None, finish_reason="offline", offline=True,
+                       truncated=s.finish == "length")
 
     def update_weights(self, model) -> None:
         """The token engine's."""

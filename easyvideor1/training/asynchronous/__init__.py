@@ -12,6 +12,15 @@ in flight: a resumed run equals an uninterrupted one. k = 0 is on-policy (the sa
 `colocated`); k = 1 overlaps generation of batch s+1 with the update of step s. Each checkpoint
 step costs one on-policy batch (a pipeline bubble).
 
+Partial rollouts (`rollout.partial`, k >= 1, HF engine, one rollout process): batch s begins with
+those weights and, as it generates, switches to each newer version up to the weights after step
+s - 1 (`schedule.switch_versions`; the trainer then sends every step's weights): after every
+`rollout.partial_tokens` decode steps (reproducible), or with 0 as each arrives (no waiting, timing
+places the switches). The engine recomputes the unfinished rows' KV cache with the new weights
+and every token records its version (`rollout.hf_engine.WeightSwitches`, `Rollout.versions`);
+the correction below and the staleness metrics work per token. A checkpoint still holds nothing
+in flight (the batch after a checkpoint step is on-policy, with nothing to switch to).
+
 The loss with k > 0 is decoupled PPO (AReaL, Fu et al. 2025; verl's rollout correction in
 decoupled mode, `decoupled_token_is`), with no code of its own: the clip ratio is taken against
 the proximal policy, the trainer's log-probs at its current weights before the update
@@ -29,9 +38,9 @@ One broadcast per flat bucket of consecutive parameters (`weights.BUCKET_BYTES`,
 parameter alone), in the rollout dtype, which each parameter is cast to before it is gathered
 (under FSDP2 the local shard: the all-gather moves rollout-dtype bytes); both sides compute the
 layout from the parameter names' shapes (`weights.bucket_layout`). Each sync opens with a
-handshake over the connections: the rollout process says "ready" when it needs the version,
-trainer rank 0 answers "weights", and only then do both post broadcasts, so neither waits in one
-(NCCL's watchdog) through the other's step or generation. Scored batches: pickled `ScoredGroups`
+handshake over the connections: trainer rank 0 says "weights" once it has the version, the
+rollout process says "ready" when it needs it, and only after both do they post broadcasts, so
+neither waits in one (NCCL's watchdog) through the other's step or generation. Scored batches: pickled `ScoredGroups`
 (tensors by value) over authenticated connections (`multiprocessing.connection`, a random key).
 
 `rollout.processes` N > 1: the rollout processes are a pool (a default process group of their

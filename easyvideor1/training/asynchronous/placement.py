@@ -28,6 +28,9 @@ def check_placement(cfg: Config, world: int) -> None:
     """`training.max_staleness` needs separate placement; what that does not run yet, one clear
     error each. `world`: the processes torchrun launched (1 without it), rollout ranks included."""
     r = cfg.rollout
+    if r.partial and (r.placement != "separate" or cfg.training.max_staleness < 1):
+        raise ConfigError("rollout.partial=true continues responses with weights that arrive during their generation: "
+                          "it needs rollout.placement=separate and training.max_staleness >= 1")
     if r.placement != "separate":
         if cfg.training.max_staleness:
             raise ConfigError(f"training.max_staleness={cfg.training.max_staleness} needs rollout.placement=separate "
@@ -43,6 +46,12 @@ def check_placement(cfg: Config, world: int) -> None:
                           f"{r.processes} under separate placement (each rollout process is one rank of a vLLM engine)")
     if cfg.training.max_staleness < 0:
         raise ConfigError(f"training.max_staleness={cfg.training.max_staleness} must be >= 0")
+    if r.partial and r.engine != "hf":
+        raise ConfigError(f"rollout.partial=true runs on rollout.engine=hf only, not {r.engine}: vLLM's offline LLM "
+                          "generates each request to its end (pausing takes its AsyncLLM, not built here yet)")
+    if r.partial and r.processes > 1:
+        raise ConfigError(f"rollout.partial=true runs with rollout.processes=1 only, not {r.processes}: a pool's "
+                          "processes would have to switch weights at the same point of unequal shares")
 
 
 def rollout_ranks(cfg: Config) -> int:

@@ -3,7 +3,8 @@
 It builds what the rollout stage needs (its own copy of the policy in the rollout dtype, the
 engine, the prompt builder, the scorer, the loader at the trainer's position: `setup.make_rollouts`,
 as colocated, so video tools run their multi-turn loop here), then for each
-batch s: waits for the weights of `weight_version(s)` (`weights.WeightReceiver`), runs the
+batch s: waits for the weights of `weight_version(s)` (`weights.WeightReceiver`; with partial
+rollouts it also hands the engine the newer versions to switch to as it generates), runs the
 trainer's own rollout stage (`trainer.rollout_stage`: prompts, generation, hybrid slot,
 rewards beside generation, dynamic sampling rounds until the batch is full) as one process, and
 sends each trainer rank its share (`shares.trainer_shares`; with ReMax's greedy baseline,
@@ -59,10 +60,11 @@ from easyvideor1.models.lora import apply_lora, has_adapters, trainable_names
 from easyvideor1.models.mrope import mrope_spec
 from easyvideor1.models.ulysses import SequenceParallel
 from easyvideor1.rollout.base import banned_token_ids
+from easyvideor1.rollout.hf_engine import HFEngine, WeightSwitches
 from easyvideor1.training.asynchronous.placement import (ADDRESS_KEY, KEY_ENV, PAIR_PREFIX, POOL_PREFIX,
                                                           pin_rank_devices, reachable_host, rollout_device,
                                                           rollout_dtype)
-from easyvideor1.training.asynchronous.schedule import weight_version
+from easyvideor1.training.asynchronous.schedule import broadcast_versions, switch_versions, weight_version
 from easyvideor1.training.asynchronous.shares import trainer_shares
 from easyvideor1.training.asynchronous.weights import TrainersGone, WeightReceiver, weight_group
 from easyvideor1.training.fsdp import untie_head
@@ -164,6 +166,16 @@ def greedy_shares(run: Run, scored: ScoredGroups, shares: list[ScoredGroups], st
         share.greedy = torch.tensor([rewards.get(id(p), 0.0) for p in share.prompts])  # [G]
 
 
+def token_staleness(scored: ScoredGroups, step: int, version: int) -> tuple[float, float]:
+    """Batch `step`'s staleness (mean, max) over its generated tokens: step - 1 - the version that
+    sampled each (`Rollout.versions`; tool turns and offline trajectories have none), or that of
+    `version`, the weights it began with, when no token records one (vLLM)."""
+    ages = [step - 1 - v for group in scored.groups for r in group for v in r.versions or () if v >= 0]
+    if not ages:
+        return float(step - 1 - version), float(step - 1 - version)
+    return sum(ages) / len(ages), float(max(ages))
+
+
 def serve(run: Run, store: dist.Store, start: int, loader_state: dict, trainers: list[Connection], pool: Pool) -> bool:
     """Generate and score batches start+1..steps, each with the weights the schedule names; each of
     `trainers` (a connection per trainer rank, in rank order) takes its share of each (sent by
@@ -180,25 +192,41 @@ def serve(run: Run, store: dist.Store, start: int, loader_state: dict, trainers:
     group = weight_group(store, 1 + pool.index, 1 + pool.size, run.ctx.device, cfg.training.collective_timeout_minutes)
     weights = WeightReceiver(group, [p.detach() for p in named.values()], rollout_dtype(cfg), trainers)
     hung_up = weights.hung_up
+    engine = getattr(run.rollouts.engine, "engine", run.rollouts.engine)  # the token engine under the tool loop
+    stamp = isinstance(engine, HFEngine)  # its tokens record the weights' version
+    waits, held = [0.0], [start]  # this batch's waits for weights (the receives included); the version held
 
     def receive(version: int) -> None:  # after trainer rank 0's handshake, into the parameters, then the engine
+        began = time.perf_counter()
         weights.receive(version)
         run.rollouts.engine.update_weights(run.model)
+        if stamp:
+            engine.version = version
+        held[0] = version
+        waits[0] += time.perf_counter() - began
 
-    version, t = start, cfg.training
+    t, partial, every = cfg.training, cfg.rollout.partial, cfg.rollout.partial_tokens
+    sent = broadcast_versions(start, t.steps, t.max_staleness, cfg.checkpoint.every, partial)  # what the trainer sends
     try:
         receive(start)
         for step in range(start + 1, t.steps + 1):
             need = weight_version(step, t.max_staleness, cfg.checkpoint.every, start)
-            began = time.perf_counter()
-            if need > version:
-                receive(need)
-                version = need
-            waited = time.perf_counter() - began
+            waits[0] = 0.0
+            for later in [v for v in sent if held[0] < v <= need]:  # every version sent is received, in order
+                receive(later)
+            first = held[0]
             timer = StageTimer()
             batch = run.loader.peek_batch()  # the step's slots, which the trainer ranks' shares follow
+            if partial:  # newer weights mid-generation: every `every` decode steps, or as each arrives (0)
+                engine.switches = WeightSwitches(every, switch_versions(step, first), receive, weights.arrived)
             try:
                 scored = rollout_stage(run, step, timer)
+                if partial:  # the switches its generation ended before: counted ones now (reproducible), ones
+                    left, engine.switches = engine.switches.versions, None  # on arrival when arrived (or last)
+                    for later in left:
+                        if every == 0 and step < t.steps and not weights.arrived(later):
+                            break
+                        receive(later)
                 # every pool process (rank balance may be a collective of the pool); process 0 sends
                 shares = trainer_shares(scored, batch, len(trainers), cfg, run.padding)
                 if cfg.algorithm.needs_greedy_rollout:  # ReMax: the baseline travels with the batch
@@ -210,8 +238,8 @@ def serve(run: Run, store: dist.Store, start: int, loader_state: dict, trainers:
                 raise
             if pool.index:
                 continue
-            message = {"kind": "batch", "step": step, "version": version, "loader": run.loader.state_dict(),
-                       "train_wait": waited,
+            message = {"kind": "batch", "step": step, "version": first, "loader": run.loader.state_dict(),
+                       "staleness": token_staleness(scored, step, first), "train_wait": waits[0],
                        "metrics": {f"async/{k.removeprefix('time/')}_s": v for k, v in timer.times.items()}}
             for conn, share in zip(trainers, shares):
                 send(conn, message | {"scored": share})

@@ -11,6 +11,15 @@ def weight_version(step: int, k: int, every: int, start: int = 0) -> int:
     return max(step - 1 - k, last_checkpoint, start)
 
 
-def broadcast_versions(start: int, steps: int, k: int, every: int) -> list[int]:
-    """The versions sent after the initial one (`start`), in order: each needed by some batch."""
-    return sorted({weight_version(s, k, every, start) for s in range(start + 1, steps + 1)} - {start})
+def broadcast_versions(start: int, steps: int, k: int, every: int, partial: bool = False) -> list[int]:
+    """The versions sent after the initial one (`start`), in order: each needed by some batch. With
+    partial rollouts (`rollout.partial`) every step's: batch s continues with those of step s - 1."""
+    return sorted({weight_version(s, 0 if partial else k, every, start) for s in range(start + 1, steps + 1)}
+                  - {start})
+
+
+def switch_versions(step: int, version: int) -> list[int]:
+    """Partial rollouts: the versions batch `step`, begun with `version`, switches to as it
+    generates (every `rollout.partial_tokens` decode steps), oldest first: each one after `version`
+    up to step - 1, the freshest weights a batch trained at step `step` can come from."""
+    return list(range(version + 1, step))

@@ -35,7 +35,8 @@ log = logging.getLogger(__name__)
 class AsyncStats:
     """What one batch's trip adds to the step's metrics."""
 
-    staleness: float = 0.0
+    staleness_mean: float = 0.0  # over the batch's generated tokens: step - 1 - the version that sampled it
+    staleness_max: float = 0.0
     train_wait: float = 0.0  # the rollout process idle, waiting for weights, before this batch
     extra: dict[str, float] = field(default_factory=dict)
 
@@ -80,7 +81,8 @@ class RemoteRollouts:
         t, n = self.cfg.training, self.cfg.rollout.processes
         if not self.processes:
             self.spawn()
-        self.pending = broadcast_versions(start, t.steps, t.max_staleness, self.cfg.checkpoint.every)
+        self.pending = broadcast_versions(start, t.steps, t.max_staleness, self.cfg.checkpoint.every,
+                                          self.cfg.rollout.partial)
         self.restore = torch.get_num_threads()  # back after training (validation, export)
         torch.set_num_threads(self.threads)
         log.info("separate placement: %d rollout process(es), max_staleness %d, %d thread(s) each", n,
@@ -185,18 +187,18 @@ class RemoteRollouts:
         """The weights after step `version`: every parameter in `names` order, cast to the rollout
         dtype where it lies (under FSDP2 the local shard: the gather moves rollout-dtype bytes), made
         whole (FSDP2's `full_tensor`, a collective of every trainer rank, all in this order), one
-        flat bucket per broadcast (`weights.bucket_layout`). Trainer rank 0 first takes each rollout
-        process's "ready" and answers "weights", so neither side enqueues a broadcast while the
+        flat bucket per broadcast (`weights.bucket_layout`). Trainer rank 0 first says "weights" to
+        each rollout process and takes its "ready", so neither side enqueues a broadcast while the
         other is still busy (an NCCL wait would count against its timeout); it broadcasts each
         bucket as it is gathered (`weights.Window`)."""
         dtype, window = rollout_dtype(self.cfg), None
         began = ready = time.perf_counter()
         if self.group is not None:
+            for conn in self.conns:  # first: a partial rollout switches as it arrives (`hf_engine.WeightSwitches`)
+                conn.send_bytes(pickle.dumps({"kind": "weights", "version": version}))
             for i in range(len(self.conns)):
                 self._message("ready", i)
             ready = time.perf_counter()
-            for conn in self.conns:
-                conn.send_bytes(pickle.dumps({"kind": "weights", "version": version}))
             window = Window(self.group, self.alive, "the weight broadcast")
         for bucket in self.layout:
             parts = []
@@ -216,8 +218,7 @@ class RemoteRollouts:
         msg = self._message("batch")
         if msg["step"] != step:
             raise RuntimeError(f"the rollout process sent batch {msg['step']}, the trainer expected {step}")
-        stats = AsyncStats(staleness=float(step - 1 - msg["version"]), train_wait=msg["train_wait"],
-                           extra=msg["metrics"] | self.sync_times)
+        stats = AsyncStats(*msg["staleness"], train_wait=msg["train_wait"], extra=msg["metrics"] | self.sync_times)
         self.sync_times = {}
         return msg["scored"], msg["loader"], stats
 
@@ -266,7 +267,8 @@ class RankRollouts(RemoteRollouts):
         """Connect to each rollout rank (its address in torchrun's store once its model is built),
         hand it this rank's start, take part in sending the weights of `start`."""
         t, n = self.cfg.training, self.cfg.rollout.processes
-        self.pending = broadcast_versions(start, t.steps, t.max_staleness, self.cfg.checkpoint.every)
+        self.pending = broadcast_versions(start, t.steps, t.max_staleness, self.cfg.checkpoint.every,
+                                          self.cfg.rollout.partial)
         conns = []
         for i in range(n):
             host, port, key = pickle.loads(self.store.get(f"{ADDRESS_KEY}/{i}"))

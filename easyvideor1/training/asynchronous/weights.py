@@ -106,8 +106,8 @@ class TrainersGone(Exception):
 
 class WeightReceiver:
     """The rollout side of each weight sync, over `trainers` (a connection per trainer rank, rank
-    order): say "ready" to trainer rank 0, wait (polling, `hung_up`) for its "weights" answer, and
-    only then post the receives (`trainer_side.RemoteRollouts._send` is the other half: neither side
+    order): say "ready" to trainer rank 0, wait (polling, `hung_up`) for its "weights" (sent when
+    its weights are ready, perhaps before: `arrived`), and only then post the receives (`trainer_side.RemoteRollouts._send` is the other half: neither side
     waits in a broadcast while the other is still in its step). The broadcasts land in `params`
     (the parameters of the sender's name list, in its order, shapes and `dtype`): a bucket of
     `bucket_layout` in a flat buffer copied out, a lone parameter in place; at most
@@ -128,6 +128,11 @@ class WeightReceiver:
             except (EOFError, OSError):
                 raise TrainersGone(what) from None
             self.announced.append(message["version"])
+
+    def arrived(self, version: int) -> bool:
+        """Trainer rank 0 has said it sends `version` (looked up without waiting)."""
+        self.hung_up("the weights")
+        return version in self.announced
 
     def receive(self, version: int) -> None:
         """The weights after step `version`, into `params`."""
