@@ -5,7 +5,7 @@
 Each configuration runs in a fresh subprocess: a Qwen2.5-VL-shaped model built from its config
 (random weights), one warm-up step (gradients and AdamW's states allocated), then one
 forward + backward of the trainer's shape: the vision tower over each prompt's video and the
-backbone over one packed row of the micro-batch's tokens (`memory_plan.row_shape`: prompts once
+backbone over one packed row of the micro-batch's tokens (`plan.memory.row_shape`: prompts once
 under shared prefix, plus the responses), the response positions scored by the chunked log-prob
 head (`models.logprobs.token_logprobs`), the loss backpropagated. `bfloat16` keeps float32 masters, gradients and AdamW states and computes on a
 bf16 copy (as FSDP2's mixed precision does).
@@ -16,8 +16,8 @@ bf16 copy (as FSDP2's mixed precision does).
   serve every allocation over 64 KiB by mmap (`MALLOC_MMAP_THRESHOLD_`), so a freed tensor leaves
   the resident set at once and the peak is that of the live tensors, whatever the machine's load.
 
-The plan is `training.memory_plan.plan` for the same workload on 1 GPU, read from the model's
-config.json (`training.model_shapes.read_shape`). A row passes when the plan is within
+The plan is `training.plan.memory.plan_memory` for the same workload on 1 GPU, read from the model's
+config.json (`training.plan.shapes.read_shape`). A row passes when the plan is within
 `TOLERANCE` of the measurement.
 """
 
@@ -81,7 +81,7 @@ def model_config(check: Check):
 
 
 def workload(check: Check):
-    from easyvideor1.training.memory_plan import DTYPE_BYTES, Workload
+    from easyvideor1.training.plan.memory import DTYPE_BYTES, Workload
 
     return Workload(gpus=1, gpu_gib=1e6, compute_bytes=DTYPE_BYTES[check.dtype], prompt_tokens=check.prompt,
                     vision_tokens=check.vision_tokens, response_tokens=check.response, n=check.n,
@@ -104,7 +104,7 @@ def measure(check: Check) -> dict[str, float]:
     from transformers import AutoModelForImageTextToText
 
     from easyvideor1.models.logprobs import token_logprobs
-    from easyvideor1.training.memory_plan import row_shape
+    from easyvideor1.training.plan.memory import row_shape
 
     torch.manual_seed(0)
     master = AutoModelForImageTextToText.from_config(model_config(check), dtype=torch.float32)
@@ -158,7 +158,7 @@ def measure(check: Check) -> dict[str, float]:
 
 def planned(check: Check) -> dict[str, float]:
     """The plan's figures for `check`, read from the model's config.json."""
-    from easyvideor1.training.model_shapes import read_shape
+    from easyvideor1.training.plan.shapes import read_shape
 
     with tempfile.TemporaryDirectory() as folder:
         model_config(check).save_pretrained(folder)
@@ -168,7 +168,7 @@ def planned(check: Check) -> dict[str, float]:
 
 def plan_figures(shape, check: Check) -> dict[str, float]:
     """The plan's state rows and its activation peak (saved + the larger of layer backward and logits chunk)."""
-    from easyvideor1.training.memory_plan import plan_memory
+    from easyvideor1.training.plan.memory import plan_memory
 
     rows = dict(plan_memory(shape, workload(check)).rows)
     return {"parameters": rows["parameters"], "gradients": rows["gradients"],

@@ -50,7 +50,7 @@ MMAP_THRESHOLD = 128 << 10
 # function name -> (its file's ending, phase); time outside all of them is "other"
 PHASES = {"build_run": ("training/setup.py", "start-up"), "train": ("training/trainer.py", "train"),
           "checkpoint_run": ("training/trainer.py", "save"), "maybe_resume": ("training/trainer.py", "resume"),
-          "export_hf": ("training/export.py", "export")}
+          "export_hf": ("training/state/export.py", "export")}
 ORDER = ["start-up", "train", "save", "resume", "export"]
 TEXT = [{"problem_id": f"t{i}", "problem": f"What is {i} plus {i + 1}?", "answer": str(2 * i + 1),
          "problem_type": "numerical", "data_type": "text"} for i in range(4)]

@@ -17,7 +17,7 @@ import torch
 
 from easyvideor1.errors import OutOfSpace
 from easyvideor1.evaluation.results import ResultRow, ResultStore
-from easyvideor1.training import checkpoint as ckpt
+from easyvideor1.training.state import checkpoint as ckpt
 from easyvideor1.vision.encode import write_video
 import forkserver  # noqa: E402  (the subprocesses start with torch & co. imported)
 

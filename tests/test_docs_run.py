@@ -156,7 +156,7 @@ def _eval_prompts_are_trainings(demo: Path) -> None:
     from easyvideor1.evaluation.evaluator import Evaluator, options_from
     from easyvideor1.evaluation.presets import Overrides
     from easyvideor1.prompts import PromptBuilder
-    from easyvideor1.training.checkpoint import named_by, recorded_config
+    from easyvideor1.training.state.checkpoint import named_by, recorded_config
     from easyvideor1.vision.cache import FrameSource
 
     model = str(demo / "hf_model")

@@ -17,7 +17,7 @@ from easyvideor1.errors import UserError
 from easyvideor1.evaluation.presets import DEFAULT_DTYPE, DEFAULT_PRESET, SOURCE_HELP, Overrides
 from easyvideor1.models import model_settings
 from easyvideor1.models.model_settings import ModelSettings
-from easyvideor1.training.checkpoint import named_by, recorded_config
+from easyvideor1.training.state.checkpoint import named_by, recorded_config
 
 
 @dataclass

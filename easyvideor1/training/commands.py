@@ -71,7 +71,7 @@ def _train(args: argparse.Namespace) -> int:
                         " on the command line (--help-config lists every field)")
     _check_paths(cfg, "train")
     from easyvideor1.training.asynchronous.placement import is_rollout_rank
-    from easyvideor1.training.export import eval_command, export_adapter, export_model
+    from easyvideor1.training.state.export import eval_command, export_adapter, export_model
     from easyvideor1.training.report import write_training_report
     from easyvideor1.training.asynchronous.rollout_side import serve_rank
     from easyvideor1.training.setup import build_run
@@ -104,7 +104,7 @@ def _export(args: argparse.Namespace) -> int:
     folder = args.config if args.config and Path(args.config).is_dir() else None
     path, overrides = _split_config(args) if folder is None else (None, list(args.overrides))
     from easyvideor1.config import load_config  # imports torch
-    from easyvideor1.training.checkpoint import list_checkpoints, named_by, read_meta, recorded_config
+    from easyvideor1.training.state.checkpoint import list_checkpoints, named_by, read_meta, recorded_config
 
     checkpoint = args.checkpoint
     if folder is not None:  # a checkpoint or a run: the config its checkpoint recorded
@@ -129,7 +129,7 @@ def _export(args: argparse.Namespace) -> int:
                             "(or the run's logging.out_dir)")
         checkpoint = found[-1]
     from easyvideor1.models import model_settings
-    from easyvideor1.training.export import eval_command, export_checkpoint  # imports transformers
+    from easyvideor1.training.state.export import eval_command, export_checkpoint  # imports transformers
 
     try:
         out = export_checkpoint(cfg, checkpoint, args.out, merge=args.merge)
@@ -167,8 +167,8 @@ def _plan(args: argparse.Namespace) -> int:
     arguments.at_least(0, vision_tokens=args.vision_tokens)
     arguments.above(0, gpu_memory_gib=args.gpu_memory_gib)
     from easyvideor1.config import load_config  # imports torch
-    from easyvideor1.training.memory_plan import advice, from_config, plan_memory, render_plan
-    from easyvideor1.training.model_shapes import TINY_PREFIX, read_shape
+    from easyvideor1.training.plan.memory import advice, from_config, plan_memory, render_plan
+    from easyvideor1.training.plan.shapes import TINY_PREFIX, read_shape
 
     cfg = load_config(path, overrides)
     model = args.model_config or cfg.model.path or f"{TINY_PREFIX}{cfg.vision.family}"

@@ -21,9 +21,9 @@ from easyvideor1.data.synth import (CHANCE, DEMO_TOOLS_MIX, DEMO_TRAIN, DEMO_TRA
                                    write_suite)
 from easyvideor1.models import model_settings
 from easyvideor1.models.tiny import build_tiny_model
-from easyvideor1.training.export import eval_command, export_model
 from easyvideor1.training.report import write_training_report
 from easyvideor1.training.setup import build_run
+from easyvideor1.training.state.export import eval_command, export_model
 from easyvideor1.training.trainer import train
 from easyvideor1.training.validation import validate
 from easyvideor1.vision.cache_build import build_cache

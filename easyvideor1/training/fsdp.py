@@ -134,7 +134,7 @@ def run_root_once(model, device) -> None:
 
 def full_state_dict(model) -> dict[str, torch.Tensor]:
     """Unsharded parameters on CPU (every rank gets them; the whole model: export streams instead,
-    `training.export.write_hf`)."""
+    `training.state.export.write_hf`)."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
     return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))

@@ -31,7 +31,6 @@ from easyvideor1.algorithms.kl import AdaptiveKLController, k1_sums
 from easyvideor1.config_tree import ConfigError
 from easyvideor1.prompts import Prompt
 from easyvideor1.rollout.tools.multiturn import tool_metrics
-from easyvideor1.training import checkpoint as ckpt
 from easyvideor1.training.groups import ScoredGroups, pad_groups, reward_metrics
 from easyvideor1.training.metrics import StageTimer, StepMetrics, console_line, gather_values
 from easyvideor1.training.parity import parity_metrics
@@ -39,6 +38,7 @@ from easyvideor1.training.rank_balance import rank_slots
 from easyvideor1.training.run import Run
 from easyvideor1.training.sequence_parallel import share_scored
 from easyvideor1.training.sequences import RolloutBatch, all_full_kl, all_logprobs, make_batch
+from easyvideor1.training.state import checkpoint as ckpt
 from easyvideor1.training.update import policy_update
 from easyvideor1.training.validation import validate
 

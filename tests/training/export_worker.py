@@ -12,8 +12,8 @@ import torch
 
 from easyvideor1.models.loading import load_policy, load_processor
 from easyvideor1.models.lora import apply_lora
-from easyvideor1.training.export import write_hf
 from easyvideor1.training.fsdp import init_distributed, shard
+from easyvideor1.training.state.export import write_hf
 
 
 def policy(path: str, case: str):

@@ -22,8 +22,8 @@ import torch
 from safetensors.torch import save_file
 
 from easyvideor1 import distributed
-from easyvideor1.training import checkpoint as ckpt
 from easyvideor1.training.fsdp import init_distributed
+from easyvideor1.training.state import checkpoint as ckpt
 
 WIDTH, DEPTH = 999, 12  # 12 M parameters: 48 MB of weights, 144 MB with AdamW's two states
 

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from easyvideor1.errors import UserError
-from easyvideor1.training import checkpoint as ckpt
-from easyvideor1.training.state_files import StateFileError, read_state, write_state
+from easyvideor1.training.state import checkpoint as ckpt
+from easyvideor1.training.state.files import StateFileError, read_state, write_state
 
 
 class _Exploit:
@@ -91,3 +91,19 @@ def test_a_crafted_pickle_is_refused_and_runs_nothing(tmp_path, replaced):
     assert isinstance(err.value, UserError)
     assert replaced in str(err.value) and "checkpoint.resume=never" in str(err.value)
     assert not target.exists(), "the pickle ran"
+
+
+def test_each_process_takes_back_its_own_device_generator_on_a_node_with_fewer_gpus():
+    """The rule of `device_rng_state`, on CPU generators standing in for CUDA's: a process saves its
+    own device's state and takes it back; an older checkpoint saved every device the process saw
+    (8 on the old node), and a process on device 3 of a 4-GPU node takes entry 3, never an index
+    past the list (torch.cuda.set_rng_state_all raised IndexError there)."""
+    states = [torch.Generator().manual_seed(100 + d).get_state() for d in range(8)]
+    taken = torch.Generator()
+    taken.set_state(ckpt.device_rng_state(states, 3))
+    assert torch.equal(torch.randn(4, generator=taken), torch.randn(4, generator=torch.Generator().manual_seed(103)))
+    assert torch.equal(ckpt.device_rng_state(states[5:6], 3), states[5])  # this format: one per process
+    assert torch.equal(ckpt.device_rng_state(states[:2], 3), states[0])  # a list without device 3
+    assert ckpt.device_rng_state([], 0) is None  # saved by a CPU run
+    if not torch.cuda.is_available():
+        assert ckpt.rng_state()["cuda"] == []

@@ -25,10 +25,10 @@ from easyvideor1.models.lora import adapters_disabled
 from easyvideor1.models.packing import use_packed_attention
 from easyvideor1.rollout.base import SamplingParams
 from easyvideor1.rollout.hf_engine import HFEngine
-from easyvideor1.training.checkpoint import read_weights
-from easyvideor1.training.export import export_checkpoint
 from easyvideor1.training.setup import build_run, load_split
 from easyvideor1.training.sequences import all_logprobs, make_batch
+from easyvideor1.training.state.checkpoint import read_weights
+from easyvideor1.training.state.export import export_checkpoint
 from easyvideor1.training.trainer import maybe_resume
 import forkserver  # noqa: E402  (the subprocesses start with torch & co. imported)
 

@@ -1,4 +1,4 @@
-"""`easyvideor1 plan`'s memory model (`training.memory_plan`) against what the CPU measures.
+"""`easyvideor1 plan`'s memory model (`training.plan.memory`) against what the CPU measures.
 
 Three configurations (`benchmarks/plan_check.CHECKS`: float32 without and with gradient
 checkpointing, bf16 compute with a shared prompt; different micro-batches; a video in every
@@ -22,8 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
 import plan_check  # noqa: E402
 
-from easyvideor1.training.memory_plan import layer_bytes  # noqa: E402
-from easyvideor1.training.model_shapes import read_shape  # noqa: E402
+from easyvideor1.training.plan.memory import layer_bytes  # noqa: E402
+from easyvideor1.training.plan.shapes import read_shape  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -7,13 +7,13 @@ import torch
 from easyvideor1.config import Config, HybridConfig, TrainingConfig
 from easyvideor1.models.tokenizer import build_tokenizer, chat_template
 from easyvideor1.records import RewardResult, Rollout, Sample
-from easyvideor1.training import checkpoint as ckpt
 from easyvideor1.training.hybrid import HybridCounters, fill_groups, online_count
 from easyvideor1.training.loader import PromptLoader, rank_slice
 from easyvideor1.training.metrics import MetricsSink, console_line, read_metrics
 from easyvideor1.training.report import write_training_report
 from easyvideor1.training.sequences import make_batch, to_response_space
 from easyvideor1.training.setup import make_scheduler
+from easyvideor1.training.state import checkpoint as ckpt
 
 
 def _samples(n, offline=True):

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from easyvideor1.cli import main
-from easyvideor1.training.model_shapes import tiny_config
+from easyvideor1.training.plan.shapes import tiny_config
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 

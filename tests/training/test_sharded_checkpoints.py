@@ -1,4 +1,4 @@
-"""Sharded checkpoints (`training.shards`): each rank writes only its own slices, resumes from only
+"""Sharded checkpoints (`training.state.shards`): each rank writes only its own slices, resumes from only
 the slices it holds, and a checkpoint resumes on another number of processes (2 -> 1, 1 -> 2).
 `shard_worker.py` saves and loads a plain FSDP2 model under torchrun; the last test trains
 the tiny VLM through the real command. Real processes, real files."""
@@ -16,8 +16,8 @@ from safetensors.torch import load_file, save_file
 
 from easyvideor1.data.synth import write_suite
 from easyvideor1.models.tiny import build_tiny_model
-from easyvideor1.training import checkpoint as ckpt
-from easyvideor1.training.state_files import StateFileError, write_state
+from easyvideor1.training.state import checkpoint as ckpt
+from easyvideor1.training.state.files import StateFileError, write_state
 from test_distributed import TIMEOUT_S, write_config
 import forkserver  # noqa: E402  (the subprocesses start with torch & co. imported)
 

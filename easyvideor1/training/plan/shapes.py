@@ -5,7 +5,7 @@ table `KNOWN_CONFIGS` (the official config.json of the models the shipped GPU co
 id or folder name), or a family name (`tiny:qwen2_5_vl`: the tiny model `easyvideor1 demo`
 builds). It builds the model on the meta device, which allocates nothing, so the parameter counts
 are exact for every family (vision tower, merger and deepstack mergers included), and reads the
-language model's widths for the activation formula (`training.memory_plan`).
+language model's widths for the activation formula (`plan.memory`).
 """
 
 from __future__ import annotations

@@ -45,8 +45,8 @@ from easyvideor1 import distributed, testhooks
 from easyvideor1.config import CheckpointConfig, load_config
 from easyvideor1.errors import out_of_space
 from easyvideor1.models.lora import has_adapters, trainable_names
-from easyvideor1.training.shards import Shards, shard_files, write_shard
-from easyvideor1.training.state_files import StateFileError, read_state, write_state
+from easyvideor1.training.state.files import StateFileError, read_state, write_state
+from easyvideor1.training.state.shards import Shards, shard_files, write_shard
 
 _NAME = re.compile(r"^step-(\d{6,})$")
 RUN_CONFIG_FILE = "config.yaml"  # the run's config, in each checkpoint
@@ -54,8 +54,20 @@ _MARKERS = ("state.json", "state.pt")  # state.pt: an older version's pickle, li
 
 
 def rng_state() -> dict[str, Any]:
+    """This process's generators; of CUDA's only its own device's (the one it computes on), so a
+    node with fewer GPUs can take it back (`device_rng_state`)."""
     return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
-            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
+            "cuda": [torch.cuda.get_rng_state()] if torch.cuda.is_available() else []}
+
+
+def device_rng_state(saved: list[torch.Tensor], device: int) -> torch.Tensor | None:
+    """The saved CUDA generator state that device `device` of this process takes back: the one
+    saved (this format: one per process), or from an older checkpoint's list of every device the
+    process saw, that device's entry when the list has it, else the first; None when none was
+    saved (a CPU run). Never an index past the list: a node with fewer GPUs resumes."""
+    if not saved:
+        return None
+    return saved[device] if len(saved) > 1 and device < len(saved) else saved[0]
 
 
 def _rng_of_this_rank(saved: list[dict[str, Any]] | dict[str, Any]) -> dict[str, Any]:
@@ -70,8 +82,9 @@ def set_rng_state(state: dict[str, Any]) -> None:
     random.setstate(state["python"])
     np.random.set_state(state["numpy"])
     torch.set_rng_state(state["torch"])
-    if state["cuda"] and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+    cuda = device_rng_state(state["cuda"], torch.cuda.current_device()) if torch.cuda.is_available() else None
+    if cuda is not None:
+        torch.cuda.set_rng_state(cuda)
 
 
 def list_checkpoints(root: str | os.PathLike) -> list[Path]:

@@ -16,10 +16,10 @@ from easyvideor1.config import Config
 from easyvideor1.models import model_settings
 from easyvideor1.models.loading import load_policy, load_processor, resolve_dtype
 from easyvideor1.models.lora import apply_lora, has_adapters, merged_state_items, save_adapter, trainable_state
-from easyvideor1.training.checkpoint import read_weights
-from easyvideor1.training.hf_shards import SHARD_BYTES, ShardWriter
 from easyvideor1.training.run import Run
-from easyvideor1.training.shards import shard_files
+from easyvideor1.training.state.checkpoint import read_weights
+from easyvideor1.training.state.hf_shards import SHARD_BYTES, ShardWriter
+from easyvideor1.training.state.shards import shard_files
 
 
 def _gathered(model) -> Iterator[tuple[str, torch.Tensor]]:

@@ -1,6 +1,6 @@
 """Per-GPU memory of a training run, from its config and its model's shape (`easyvideor1 plan`).
 
-State (exact counts from `training.model_shapes`, FSDP2-sharded over every process):
+State (exact counts from `plan.shapes`, FSDP2-sharded over every process):
 - parameters: float32 master weights, 4 bytes x parameters / gpus (LoRA: the frozen base in the
   compute dtype, the adapters in float32);
 - gradients: float32 (FSDP2's reduce dtype), 4 bytes x trainable / gpus;
@@ -50,7 +50,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from easyvideor1.models.families import get_family
-from easyvideor1.training.model_shapes import ModelShape
+from easyvideor1.training.plan.shapes import ModelShape
 from easyvideor1.training.recompute import gradient_checkpointing
 
 GIB = 2**30

@@ -32,7 +32,7 @@ from torch.distributed.tensor import DTensor, Shard
 from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 
 from easyvideor1 import distributed
-from easyvideor1.training.state_files import StateFileError
+from easyvideor1.training.state.files import StateFileError
 
 FORMAT = "easyvideor1-shards-1"
 _DTYPES = {torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
