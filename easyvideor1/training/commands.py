@@ -163,11 +163,11 @@ def _demo(args: argparse.Namespace) -> int:
 
 def _plan(args: argparse.Namespace) -> int:
     path, overrides = _split_config(args)
-    arguments.at_least(1, gpus=args.gpus)
+    arguments.at_least(1, gpus=args.gpus, gpus_per_node=args.gpus_per_node)
     arguments.at_least(0, vision_tokens=args.vision_tokens)
     arguments.above(0, gpu_memory_gib=args.gpu_memory_gib)
     from easyvideor1.config import load_config  # imports torch
-    from easyvideor1.training.plan.memory import advice, from_config, plan_memory, render_plan
+    from easyvideor1.training.plan.memory import advice, from_config, plan_memory, render_disk, render_plan
     from easyvideor1.training.plan.shapes import TINY_PREFIX, read_shape
 
     cfg = load_config(path, overrides)
@@ -177,12 +177,14 @@ def _plan(args: argparse.Namespace) -> int:
     except ValueError as e:
         flag = "--model-config" if args.model_config else "model.path"
         raise UserError(f"{flag} {e}") from None
-    workload = from_config(cfg, shape, args.gpus, args.gpu_memory_gib, args.vision_tokens)
+    workload = from_config(cfg, shape, args.gpus, args.gpu_memory_gib, args.vision_tokens, args.gpus_per_node)
     sp = workload.sequence_parallel
     if args.gpus % sp or shape.heads % sp:
         raise UserError(f"training.sequence_parallel_size={sp} must divide --gpus {args.gpus} and the model's "
                         f"{shape.heads} attention heads")
-    print(render_plan(shape, workload, plan_memory(shape, workload), advice(shape, workload)))
+    plan = plan_memory(shape, workload)
+    print(render_plan(shape, workload, plan, advice(shape, workload)))
+    print(render_disk(plan, workload, cfg.logging.out_dir))
     return 0
 
 
@@ -248,6 +250,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("overrides", nargs="*", help="dotted overrides, as given to train")
     p.add_argument("--gpus", type=int, default=8, help="processes (GPUs) the run uses")
     p.add_argument("--gpu-memory-gib", type=float, default=80.0, help="memory of one GPU, GiB")
+    p.add_argument("--gpus-per-node", type=int, default=8, help="GPUs of one node (the host RAM rows)")
     p.add_argument("--model-config", default=None,
                    help="the model's shape instead of model.path's: a folder or config.json, a name of the built-in "
                         "table, or tiny:FAMILY[:SIZE]")

@@ -45,6 +45,7 @@ from easyvideor1.training.sequence_parallel import data_parallel, setup_sequence
 from easyvideor1.training.sequences import ForwardContext
 from easyvideor1.training.recompute import gradient_checkpointing
 from easyvideor1.training.run import Run
+from easyvideor1.training.state.checkpoint import checkpoint_room
 from easyvideor1.vision.cache import FrameSource
 
 log = logging.getLogger(__name__)
@@ -247,6 +248,7 @@ def build_run(cfg: Config) -> Run:
     processor_pad = processor.tokenizer.pad_token_id
     sp, dp = setup_sequence_parallel(cfg, [m for m in (model, reference) if m is not None], rank, processor_pad)
     untie_head(model)  # also with no group to shard over: a tied model trains alike in any launch
+    checkpoint_room(cfg, *parameter_counts(model))  # before any weight is read
     shard(model, param_dtype=None if compute_dtype == torch.float32 else compute_dtype, vision_unit=sp is not None)
     if reference is not None and not lora.rank:
         shard(reference, vision_unit=sp is not None)

@@ -12,7 +12,12 @@ from pathlib import Path
 import pytest
 
 from easyvideor1.cli import main
-from easyvideor1.training.plan.shapes import tiny_config
+from easyvideor1.config import load_config
+from easyvideor1.data.synth import write_suite
+from easyvideor1.errors import UserError
+from easyvideor1.models.tiny import build_tiny_model
+from easyvideor1.training.plan.shapes import read_shape, tiny_config
+from easyvideor1.training.setup import build_run
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
@@ -59,6 +64,69 @@ def test_local_config_json_and_the_default_tiny_model(capsys, tmp_path):
     assert code == 0 and f"config.json at {tmp_path / 'config.json'}" in out and "verdict: fits" in out
     code, out, _ = _plan(capsys, "--gpus", "2", "--gpu-memory-gib", "24")  # no config: the demo's tiny model
     assert code == 0 and "the tiny qwen2_5_vl model" in out and "verdict: fits" in out
+
+
+GIB = 2**30
+
+
+def test_the_7b_plan_counts_the_whole_run(capsys, tmp_path):
+    """The rows the review found missing, each against a hand count for Qwen2.5-VL-7B (8.29B
+    parameters) on 8 GPUs of 80 GiB: the root unit FSDP2 keeps gathered (embedding 152064 x 3584,
+    the merger 5120 x 5120 + 5120 x 3584 with biases and norm, the patch embedding 1280 x 3 x 2 x
+    14 x 14, the final norm) in bf16; AdamW's float32 temporary of the trainable shard; vLLM's
+    share against its bf16 weights; host RAM with vLLM asleep in pinned memory; a checkpoint of
+    float32 weights + two AdamW moments (12 bytes a parameter: ~99 GB, the review's figure)."""
+    code, out, _ = _plan(capsys, str(CONFIGS / "qwen2_5_vl_7b_8gpu.yaml"), f"logging.out_dir={tmp_path / 'run'}")
+    assert code == 0
+    p = read_shape("Qwen2.5-VL-7B-Instruct").parameters
+    root = 152064 * 3584 + (1280 + 5120 * 5120 + 5120 + 5120 * 3584 + 3584) + 1280 * 3 * 2 * 14 * 14 + 3584
+    rows = {line[2:24].strip(): float(line[24:32]) for line in out.splitlines() if line.startswith("  ") and
+            line[24:32].strip().replace(".", "").isdigit()}
+    assert rows["root unit"] == pytest.approx(2 * root / GIB, abs=0.01)
+    assert rows["AdamW step temporaries"] == pytest.approx(4 * p / 8 / GIB, abs=0.01)
+    assert rows["optimizer step peak"] == pytest.approx(
+        rows["parameters"] + rows["gradients"] + rows["optimizer states"] + rows["AdamW step temporaries"]
+        + rows["vLLM during update"] + rows["runtime"], abs=0.02)
+    assert f"(weights {2 * p / GIB:.1f}," in out and "): enough" in out
+    assert f"host RAM per node (8 GPUs): vLLM asleep (pinned) {8 * 2 * p / GIB:.1f} GiB" in out
+    assert f"checkpoints: {12 * p / GIB:.1f} GiB each, {3 * 12 * p / GIB:.1f} GiB for checkpoint.keep=2" in out
+    assert 98e9 < 12 * p < 101e9
+
+
+def test_vllm_never_gets_less_than_it_needs_to_start(capsys):
+    """12 GiB of an 80 GiB GPU (0.15) cannot hold vLLM's 15.4 GiB of bf16 7B weights: the plan says
+    so (the old plan said "fits"), and the advice is the least share that holds them, never lower."""
+    code, out, _ = _plan(capsys, str(CONFIGS / "qwen2_5_vl_7b_8gpu.yaml"), "rollout.gpu_memory_utilization=0.15")
+    assert code == 0 and "verdict: does not fit: vLLM needs 18." in out and "its share is 12.0" in out
+    share = float(out.split("change first: rollout.gpu_memory_utilization=")[1][:4])
+    assert 0.23 < share <= 0.3  # 18.5 / 80 = 0.231, in steps of 0.05
+
+
+def test_separate_placement_plans_the_trainers_and_the_rollout_gpu(capsys):
+    code, out, _ = _plan(capsys, str(CONFIGS / "qwen2_5_vl_7b_8gpu.yaml"), "rollout.placement=separate")
+    assert code == 0 and "separate placement: 7 GPU(s) train (the state shards over them), 1 generate" in out
+    rows = dict(line.split(None, 1) for line in (x.replace("vLLM during ", "vLLM_during_").replace(
+        "rollout GPU peak", "rollout_GPU_peak") for x in out.splitlines() if x.startswith("  ")))
+    assert float(rows["vLLM_during_rollout"]) == 0.0  # the trainers' GPUs hold no engine
+    assert float(rows["rollout_GPU_peak"].split()[0]) == pytest.approx(0.6 * 80 + 2.0)  # vLLM's share + runtime
+    assert "vLLM asleep (pinned) 0.0 GiB" in out
+
+
+def test_a_run_whose_checkpoints_cannot_fit_its_disk_refuses_at_start(capsys, tmp_path):
+    """`plan` and `train` see the same disk: with checkpoint.keep so high that no disk holds the
+    checkpoints, plan says NOT enough and `build_run` refuses before it reads a weight, naming the
+    sizes and the fixes (every disk here is real: tmp_path's)."""
+    model = build_tiny_model("qwen2_5_vl", tmp_path / "model", seed=0)
+    data = write_suite(tmp_path / "data", num_train=2, num_val=0, seed=0)["train"]
+    overrides = [f"model.path={model}", f"logging.out_dir={tmp_path / 'run'}", f"data.train_files=[{data}]",
+                 "checkpoint.every=1", "checkpoint.keep=100000000"]
+    code, out, _ = _plan(capsys, *overrides, "--gpus", "1")
+    assert code == 0 and "GiB for checkpoint.keep=100000000 + the one being written" in out
+    assert out.rstrip().endswith("NOT enough: the run refuses to start")
+    with pytest.raises(UserError, match=r"checkpoints of this run take [\d.]+ GiB each, .* free .*lower "
+                                        r"checkpoint.keep"):
+        build_run(load_config(None, overrides))
+    build_run(load_config(None, overrides[:-1] + ["checkpoint.keep=2"]))  # fits
 
 
 @pytest.mark.parametrize("argv, needle", [

@@ -58,6 +58,9 @@ DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 BACKWARD_MLP = 2  # transient [tokens, I] tensors of the backward pass (gradients of gate/up outputs)
 RUNTIME_GIB = 2.0  # CUDA context, NCCL buffers and allocator slack per GPU
 VLLM_ASLEEP_GIB = 1.0  # what a sleeping colocated vLLM keeps (CUDA graphs, context)
+VLLM_PROFILE_TOKENS = 8192  # vLLM's profile forward: its default chunked-prefill batch (max_num_batched_tokens)
+VLLM_PROFILE_SEQS = 256  # and its sampler over max_num_seqs rows of float32 logits
+HOST_PROCESS_GIB = 3.0  # host memory of one training process besides what the rows count (torch, CUDA, Python)
 
 
 @dataclass(frozen=True)
@@ -108,6 +111,27 @@ class Workload:
     """`rollout.gpu_memory_utilization`."""
     vllm_sleep: bool
     """vLLM sleeps during the update."""
+    rollout_bytes: int = 2
+    """Bytes of the rollout engine's dtype (`rollout.dtype` for vLLM, else the compute dtype)."""
+    tensor_parallel: int = 1
+    """vLLM tensor-parallel size (its weights and KV cache split over that many GPUs)."""
+    max_batch_tokens: int = 32768
+    """HF engine: padded tokens decoded together (`rollout.max_batch_tokens`), its KV cache."""
+    rollout_processes: int = 0
+    """GPUs of rollout processes under separate placement (0: colocated); the others train."""
+    gpus_per_node: int = 8
+    """GPUs (processes) of one node, for the host RAM rows."""
+    prompts_per_step: int = 0
+    """Prompts of one step (`training.rollout_batch_size`), whose frames the processes hold."""
+    video_bytes: int = 0
+    """Bytes of the largest video's frames as the loader holds them (uint8 RGB)."""
+    checkpoint_keep: int = 0
+    """Checkpoints kept on disk (`checkpoint.keep`; 0: no checkpoints)."""
+
+    @property
+    def trainers(self) -> int:
+        """GPUs that train (all but the rollout processes' under separate placement)."""
+        return self.gpus - self.rollout_processes
 
 
 @dataclass(frozen=True)
@@ -126,10 +150,28 @@ class Plan:
     """Tokens of one micro-batch row per GPU."""
     capacity: float
     """Bytes of one GPU."""
+    step: float = 0.0
+    """Peak bytes of the optimizer step (state, gradients, AdamW's temporaries, runtime)."""
+    vllm_needs: float = 0.0
+    """The least share of a GPU vLLM starts with: its weights, its profile forward and one max_model_len of KV cache."""
+    rollout_gpu: float = 0.0
+    """Peak bytes of a rollout process's GPU under separate placement (0: colocated)."""
+    host: tuple[tuple[str, float], ...] = ()
+    """(what, bytes) of host RAM per node."""
+    checkpoint: float = 0.0
+    """Bytes of one checkpoint on disk (all ranks' shards together)."""
+
+    @property
+    def vllm_short(self) -> bool:
+        """vLLM's share of the GPU is below what it needs to start."""
+        return self.vllm_needs > 0 and self.vllm_needs > self.rollout_share
+
+    rollout_share: float = 0.0
+    """Bytes of vLLM's share (`rollout.gpu_memory_utilization` of a GPU)."""
 
     @property
     def fits(self) -> bool:
-        return max(self.update, self.rollout) <= self.capacity
+        return max(self.update, self.rollout, self.step, self.rollout_gpu) <= self.capacity and not self.vllm_short
 
 
 def layer_bytes(s: ModelShape, c: int) -> float:
@@ -207,7 +249,7 @@ def trainable(s: ModelShape, w: Workload) -> tuple[float, float]:
 
 def plan_memory(s: ModelShape, w: Workload) -> Plan:
     """The memory plan of `w` on `s` (module docstring)."""
-    c, gpus, k = w.compute_bytes, w.gpus, w.sequence_parallel
+    c, gpus, k = w.compute_bytes, w.trainers, w.sequence_parallel
     train, frozen = trainable(s, w)
     if w.lora_rank:
         params = (c * frozen + 4 * train) / gpus
@@ -227,17 +269,72 @@ def plan_memory(s: ModelShape, w: Workload) -> Plan:
     logits = logits_bytes(s, c, min(w.chunk, max(1, responses // k)), w.entropy)
     runtime = RUNTIME_GIB * GIB
     capacity = w.gpu_gib * GIB
-    vllm_update = 0.0 if not w.vllm else (VLLM_ASLEEP_GIB * GIB if w.vllm_sleep else w.vllm_share * capacity)
-    vllm_rollout = w.vllm_share * capacity if w.vllm else 0.0
+    separate = w.rollout_processes > 0
+    vllm_here = w.vllm and not separate  # colocated vLLM shares the trainer's GPU
+    vllm_update = 0.0 if not vllm_here else (VLLM_ASLEEP_GIB * GIB if w.vllm_sleep else w.vllm_share * capacity)
+    vllm_rollout = w.vllm_share * capacity if vllm_here else 0.0
+    # FSDP2 never reshards the root unit (embedding, merger, norms) between forward and backward
+    root = c * s.root_unit if gpus > 1 or c != 4 else 0.0
+    # a colocated HF engine decodes on the policy with every unit gathered, beside its KV cache
+    hf_engine = 0.0 if w.vllm or separate else c * s.parameters + kv_bytes(s, w.compute_bytes, w.max_batch_tokens)
+    temporaries = 4 * train / gpus if w.adam else 0.0  # AdamW's sqrt(v) / bias correction, one float32 copy
     saved, working = act[w.checkpointing]
     rows = (("parameters", params), ("gradients", grads), ("optimizer states", optim), ("FSDP buffers", gather),
-            ("reference model", reference), ("activations", saved), ("layer backward", working),
-            ("logits chunk", logits), ("vLLM during update", vllm_update), ("vLLM during rollout", vllm_rollout),
-            ("runtime", runtime))
+            ("root unit", root), ("reference model", reference), ("activations", saved),
+            ("layer backward", working), ("logits chunk", logits), ("AdamW step temporaries", temporaries),
+            ("vLLM during update", vllm_update), ("vLLM during rollout", vllm_rollout),
+            ("HF engine (gathered)", hf_engine), ("runtime", runtime))
     # a layer's backward and the head's chunk never run at once: the larger of the two counts
-    update = params + grads + optim + gather + reference + saved + max(working, logits) + vllm_update + runtime
-    rollout = params + optim + reference + vllm_rollout + runtime  # gradients freed after the step
-    return Plan(rows, {ck: sum(v) for ck, v in act.items()}, update, rollout, per_gpu, capacity)
+    update = (params + grads + optim + gather + root + reference + saved + max(working, logits) + vllm_update
+              + runtime)
+    step = params + grads + optim + temporaries + vllm_update + runtime  # activations freed before the step
+    rollout = params + optim + reference + vllm_rollout + hf_engine + runtime  # gradients freed after the step
+    needs = vllm_minimum(s, w) if w.vllm else 0.0
+    rollout_gpu = 0.0
+    if separate:  # a rollout process's GPU: its copy of the policy and its engine
+        rollout_gpu = (w.vllm_share * capacity if w.vllm
+                       else w.rollout_bytes * s.parameters + kv_bytes(s, w.rollout_bytes, w.max_batch_tokens)) + runtime
+    return Plan(rows, {ck: sum(v) for ck, v in act.items()}, update, rollout, per_gpu, capacity, step=step,
+                vllm_needs=needs, rollout_gpu=rollout_gpu, host=host_rows(s, w), checkpoint=checkpoint_bytes(s, w),
+                rollout_share=w.vllm_share * capacity)
+
+
+def kv_bytes(s: ModelShape, dtype_bytes: int, tokens: int) -> float:
+    """KV cache of `tokens` tokens: keys and values of every layer's key-value heads."""
+    return 2 * s.layers * s.kv_heads * s.head_dim * dtype_bytes * tokens
+
+
+def vllm_minimum(s: ModelShape, w: Workload) -> float:
+    """What vLLM needs of one GPU to start, per tensor-parallel rank: its weights in the rollout
+    dtype, the peak of its profile forward (a layer's transient tensors over its chunked-prefill
+    batch and the sampler's float32 logits), one `max_model_len` sequence of KV cache (else it
+    refuses), and what it keeps asleep (CUDA graphs, context). `advice` never offers less."""
+    b, t = w.rollout_bytes, w.tensor_parallel
+    weights = b * s.parameters / t
+    profile = VLLM_PROFILE_TOKENS * b * (2 * s.intermediate + 4 * s.hidden) / t + VLLM_PROFILE_SEQS * s.vocab * 4
+    kv = kv_bytes(s, b, w.prompt_tokens + w.response_tokens) / t
+    return weights + profile + kv + VLLM_ASLEEP_GIB * GIB
+
+
+def host_rows(s: ModelShape, w: Workload) -> tuple[tuple[str, float], ...]:
+    """Host RAM of one node: a sleeping vLLM's weights in pinned memory (level 1 moves them to the
+    host, each GPU its share), the frames each process holds for a step (uint8, the largest video
+    per prompt), and each process's own (`HOST_PROCESS_GIB`)."""
+    node = min(w.gpus, w.gpus_per_node)
+    asleep = w.vllm and w.vllm_sleep and not w.rollout_processes  # a separate engine never sleeps
+    pinned = node * w.rollout_bytes * s.parameters / w.tensor_parallel if asleep else 0.0
+    frames = node * -(-w.prompts_per_step // max(1, w.trainers)) * w.video_bytes
+    processes = node * HOST_PROCESS_GIB * GIB
+    return (("vLLM asleep (pinned)", pinned), ("frames of a step", frames), ("processes", processes),
+            ("node total", pinned + frames + processes))
+
+
+def checkpoint_bytes(s: ModelShape, w: Workload) -> float:
+    """One checkpoint on disk: the float32 master weights of what trains (all of the model in full
+    fine-tuning; LoRA saves its adapters) and AdamW's two float32 moments of it."""
+    train, _ = trainable(s, w)
+    weights = 4 * train if w.lora_rank else 4 * s.parameters
+    return weights + (8 * train if w.adam else 0.0)
 
 
 def _sp_choices(s: ModelShape, w: Workload) -> list[int]:
@@ -264,8 +361,11 @@ def advice(s: ModelShape, w: Workload) -> list[str]:
         if w.vllm and not w.vllm_sleep and fits(vllm_sleep=True):
             out.append("rollout.sleep=true")
         if w.vllm:
-            for share in (x / 20 for x in range(int(w.vllm_share * 20) - 1, 1, -1)):
-                if fits(vllm_share=share):
+            least = vllm_minimum(s, w) / (w.gpu_gib * GIB)
+            shares = (range(int(w.vllm_share * 20) + 1, 20) if plan_memory(s, w).vllm_short
+                      else range(int(w.vllm_share * 20) - 1, 1, -1))
+            for share in (x / 20 for x in shares):
+                if share >= least and fits(vllm_share=share):
                     out.append(f"rollout.gpu_memory_utilization={share:.2f}")
                     break
         if w.chunk > 128 and fits(chunk=w.chunk // 4):
@@ -284,7 +384,8 @@ def _together(s: ModelShape, w: Workload) -> str:
              ("training.micro_batch_size=1", {"micro_batch_size": 1}, not w.micro_batch_tokens and w.micro_batch_size > 1),
              (f"training.sequence_parallel_size={sp}", {"sequence_parallel": sp}, sp > w.sequence_parallel),
              ("rollout.sleep=true", {"vllm_sleep": True}, w.vllm and not w.vllm_sleep),
-             ("rollout.gpu_memory_utilization=0.30", {"vllm_share": 0.3}, w.vllm and w.vllm_share > 0.3),
+             ("rollout.gpu_memory_utilization=0.30", {"vllm_share": 0.3},
+              w.vllm and w.vllm_share > 0.3 and vllm_minimum(s, w) <= 0.3 * w.gpu_gib * GIB),
              ("model.freeze_vision=true", {"freeze_vision": True}, not w.freeze_vision and not w.lora_rank)]
     names = []
     for name, change, useful in steps:
@@ -296,7 +397,8 @@ def _together(s: ModelShape, w: Workload) -> str:
     return "none of these settings is enough: more GPUs, LoRA (model.lora.rank) or a smaller model"
 
 
-def from_config(cfg, shape: ModelShape, gpus: int, gpu_gib: float, vision_tokens: int | None = None) -> Workload:
+def from_config(cfg, shape: ModelShape, gpus: int, gpu_gib: float, vision_tokens: int | None = None,
+                gpus_per_node: int = 8) -> Workload:
     """The `Workload` of a training `Config` on `gpus` GPUs of `gpu_gib` GiB each."""
     t, r = cfg.training, cfg.rollout
     return Workload(
@@ -310,7 +412,19 @@ def from_config(cfg, shape: ModelShape, gpus: int, gpu_gib: float, vision_tokens
         chunk=t.logprob_chunk_size, entropy=cfg.algorithm.entropy_coef > 0, adam=t.optimizer == "adamw",
         reference=cfg.algorithm.needs_reference, lora_rank=cfg.model.lora.rank,
         lora_targets=tuple(cfg.model.lora.target_modules), freeze_vision=cfg.model.freeze_vision,
-        vllm=r.engine == "vllm", vllm_share=r.gpu_memory_utilization, vllm_sleep=r.sleep)
+        vllm=r.engine == "vllm", vllm_share=r.gpu_memory_utilization, vllm_sleep=r.sleep,
+        rollout_bytes=DTYPE_BYTES[r.dtype if r.engine == "vllm" else cfg.model.dtype],
+        tensor_parallel=r.tensor_parallel_size, max_batch_tokens=r.max_batch_tokens,
+        rollout_processes=r.processes if r.placement == "separate" else 0, gpus_per_node=min(gpus, gpus_per_node),
+        prompts_per_step=t.rollout_batch_size, video_bytes=video_frame_bytes(cfg.vision, shape),
+        checkpoint_keep=cfg.checkpoint.keep if cfg.checkpoint.every else 0)
+
+
+def video_frame_bytes(vision, shape: ModelShape) -> int:
+    """Bytes of the largest video's sampled frames as uint8 RGB: each LLM token of it is a
+    temporal patch of frames of one merged patch's pixels (`video_tokens`)."""
+    family = get_family(vision.family)
+    return 3 * video_tokens(vision, shape) * family.temporal_patch_size * family.grid_factor**2
 
 
 def video_tokens(vision, shape: ModelShape) -> int:
@@ -338,13 +452,53 @@ def render_plan(s: ModelShape, w: Workload, p: Plan, fixes: list[str]) -> str:
             lines.append(f"  {name:<22}{gib(value)}   (runs apart from a layer's backward: the larger counts)")
         else:
             lines.append(f"  {name:<22}{gib(value)}")
-    lines += [f"  {'update peak':<22}{gib(p.update)}", f"  {'rollout peak':<22}{gib(p.rollout)}"]
-    head = max(p.update, p.rollout)
+    lines += [f"  {'update peak':<22}{gib(p.update)}", f"  {'optimizer step peak':<22}{gib(p.step)}",
+              f"  {'rollout peak':<22}{gib(p.rollout)}"]
+    phases = {"update": p.update, "optimizer step": p.step, "rollout": p.rollout}
+    if w.rollout_processes:
+        lines.insert(2, f"separate placement: {w.trainers} GPU(s) train (the state shards over them), "
+                        f"{w.rollout_processes} generate")
+        lines.append(f"  {'rollout GPU peak':<22}{gib(p.rollout_gpu)}   (a rollout process: its copy of the policy in "
+                     f"the rollout dtype and its engine)")
+        phases["rollout GPU"] = p.rollout_gpu
+    if p.vllm_needs:
+        lines.append(f"vLLM: its share {p.rollout_share / GIB:.1f} GiB (rollout.gpu_memory_utilization="
+                     f"{w.vllm_share:g}) against the {p.vllm_needs / GIB:.1f} GiB it needs to start (weights "
+                     f"{w.rollout_bytes * s.parameters / w.tensor_parallel / GIB:.1f}, profile forward, one "
+                     f"max_model_len of KV cache, context): " + ("short" if p.vllm_short else "enough"))
+    lines.append(f"host RAM per node ({w.gpus_per_node} GPUs): "
+                 + ", ".join(f"{name} {value / GIB:.1f} GiB" for name, value in p.host))
+    head = max(phases.values())
     if p.fits:
         lines.append(f"verdict: fits ({head / GIB:.1f} of {w.gpu_gib:g} GiB, {(p.capacity - head) / GIB:.1f} GiB spare)")
     else:
-        phase = "update" if p.update >= p.rollout else "rollout"
-        lines.append(f"verdict: does not fit: the {phase} needs {head / GIB:.1f} GiB of {w.gpu_gib:g}; change first: "
+        phase = max(phases, key=phases.get)
+        need = (f"vLLM needs {p.vllm_needs / GIB:.1f} GiB to start, its share is {p.rollout_share / GIB:.1f}"
+                if p.vllm_short and head <= p.capacity else f"the {phase} needs {head / GIB:.1f} GiB of {w.gpu_gib:g}")
+        lines.append(f"verdict: does not fit: {need}; change first: "
                      + (fixes[0] + (f" (or else, in this order: {', '.join(fixes[1:])})" if fixes[1:] else "")
                         if fixes else "nothing found"))
     return "\n".join(lines)
+
+
+def render_disk(p: Plan, w: Workload, out_dir: str) -> str:
+    """The checkpoint line of `easyvideor1 plan`: bytes per checkpoint, for `checkpoint.keep` + 1
+    (the one being written), against the free space of `out_dir`'s disk."""
+    if not w.checkpoint_keep:
+        return f"checkpoints: off (checkpoint.every=0); one would take {p.checkpoint / GIB:.1f} GiB"
+    need = (w.checkpoint_keep + 1) * p.checkpoint
+    free = free_bytes(out_dir)
+    verdict = "enough" if need <= free else "NOT enough: the run refuses to start"
+    return (f"checkpoints: {p.checkpoint / GIB:.1f} GiB each, {need / GIB:.1f} GiB for checkpoint.keep="
+            f"{w.checkpoint_keep} + the one being written, {free / GIB:.1f} GiB free on {out_dir}'s disk: {verdict}")
+
+
+def free_bytes(path: str) -> float:
+    """Free bytes of the disk `path` is (or will be) on: its nearest existing folder's."""
+    import os
+    import shutil
+
+    folder = os.path.abspath(path)
+    while not os.path.isdir(folder):
+        folder = os.path.dirname(folder)
+    return float(shutil.disk_usage(folder).free)

@@ -95,6 +95,8 @@ class ModelShape:
     """Parameters of the vision tower with its merger(s)."""
     largest_unit: int
     """Parameters of the largest FSDP unit (a decoder layer, a vision block or lm_head)."""
+    root_unit: int
+    """Parameters of the root FSDP unit, what no layer, block or lm_head holds (embedding, patch embedding, merger(s), norms): gathered for the whole step."""
     lora_candidates: tuple[tuple[str, int, int], ...]
     """(qualified name, in features, out features) of every linear layer (LoRA adapts some of them)."""
 
@@ -171,6 +173,8 @@ def read_shape(value: str) -> ModelShape:
         parameters=count(model) + (vocab * hidden if model.lm_head.weight is inner.language_model.embed_tokens.weight
                                    else 0),
         vision_parameters=count(inner.visual), largest_unit=max([count(b) for b in layers + blocks] + [vocab * hidden]),
+        root_unit=count(model) - sum(count(b) for b in layers + blocks)
+        - (0 if model.lm_head.weight is inner.language_model.embed_tokens.weight else vocab * hidden),
         lora_candidates=linears)
 
 

@@ -43,7 +43,7 @@ from torch.distributed.checkpoint.state_dict import (
 
 from easyvideor1 import distributed, testhooks
 from easyvideor1.config import CheckpointConfig, load_config
-from easyvideor1.errors import out_of_space
+from easyvideor1.errors import UserError, out_of_space
 from easyvideor1.models.lora import has_adapters, trainable_names
 from easyvideor1.training.state.files import StateFileError, read_state, write_state
 from easyvideor1.training.state.shards import Shards, shard_files, write_shard
@@ -85,6 +85,31 @@ def set_rng_state(state: dict[str, Any]) -> None:
     cuda = device_rng_state(state["cuda"], torch.cuda.current_device()) if torch.cuda.is_available() else None
     if cuda is not None:
         torch.cuda.set_rng_state(cuda)
+
+
+def checkpoint_room(cfg, trainable: int, total: int) -> None:
+    """Refuse to start a run whose checkpoints cannot fit its disk: `checkpoint.keep` of them plus
+    the one being written (the oldest goes only after the new one is complete), each the float32
+    master weights (LoRA: the trained parameters only) and AdamW's two float32 moments, less what
+    the run's checkpoints already on disk take. Every rank looks at its own view of the disk and
+    all refuse together (`distributed.all_true`)."""
+    c = cfg.checkpoint
+    if not c.every:
+        return
+    one = 4 * (trainable if cfg.model.lora.rank else total) + (8 * trainable if cfg.training.optimizer == "adamw" else 0)
+    root = Path(cfg.logging.out_dir) / "checkpoints"
+    held = sum(f.stat().st_size for d in list_checkpoints(root) for f in d.rglob("*") if f.is_file())
+    need = (c.keep + 1) * one - held
+    folder = Path(cfg.logging.out_dir).absolute()
+    while not folder.is_dir():
+        folder = folder.parent
+    free = shutil.disk_usage(folder).free
+    if not distributed.all_true(need <= free):
+        gib = 2**30
+        raise UserError(f"checkpoints of this run take {one / gib:.1f} GiB each, {(c.keep + 1) * one / gib:.1f} GiB for "
+                        f"checkpoint.keep={c.keep} + the one being written ({held / gib:.1f} GiB of them on disk "
+                        f"already), but {folder} has {free / gib:.1f} GiB free (on at least one rank): free space, "
+                        "lower checkpoint.keep or checkpoint.every=0, or set logging.out_dir on a larger disk")
 
 
 def list_checkpoints(root: str | os.PathLike) -> list[Path]:
