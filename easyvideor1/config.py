@@ -84,6 +84,8 @@ class ModelConfig:
     """Keep the vision tower frozen (no gradient, no optimizer state)."""
     gradient_checkpointing: bool | Literal["auto"] = "auto"
     """Recompute activations in backward to save memory; auto: on for rows over 4096 tokens (training.recompute)."""
+    strict_kernels: bool = False
+    """On CUDA, raise instead of warning once when an attention call would run SDPA's O(L^2) MATH kernel (models.kernel_check)."""
     lora: LoRAConfig = field(default_factory=LoRAConfig)
     """LoRA adapters (peft) instead of full fine-tuning; the reference is then the base model."""
 

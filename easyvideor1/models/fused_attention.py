@@ -13,52 +13,68 @@ Two kinds of call cover every piece of a packed row (`models.packing`):
 Neither passes a tensor `attn_mask`, so on CUDA flash-attention takes them with grouped-query
 heads natively (`enable_gqa`), O(n) memory; nothing of [L, L] (or [n, n] per block) exists. On
 CUDA in float32 (flash takes half precision only) the key/value heads are repeated instead, for the
-memory-efficient kernel, which takes no GQA before torch 2.12. On CPU, torch itself turns the
-lower-right bias into an [R, P + R] mask (responses x keys) for its kernel; never [L, L].
+memory-efficient kernel, which takes no GQA in torch up to 2.13 at least (`models.kernel_check`).
+On CPU, torch itself turns the lower-right bias into an [R, P + R] mask (responses x keys) for its
+kernel; never [L, L].
 
-With `EASYVIDEOR1_FUSED_ATTENTION=1` (set by `scripts/gpu_check.py` and the tests), CUDA calls run
-under `sdpa_kernel([FLASH, EFFICIENT, CUDNN])`: a call only the MATH kernel could run (the
-[B, H, L, L] float32 scores) raises instead of silently taking tens of GiB.
+On CUDA every call runs under `kernel_policy`. It checks each SDPA call before it runs
+(`models.kernel_check`). A call only the MATH kernel would take (the [B, H, L, L] scores) logs one
+warning per distinct reason, with its shapes. Under `model.strict_kernels: true`, or with
+`EASYVIDEOR1_FUSED_ATTENTION=1` (set by `scripts/gpu_check.py` and the tests), it raises instead,
+and the calls run under `sdpa_kernel([FLASH, EFFICIENT, CUDNN])`, so torch refuses MATH too.
 
-flash-attn (`flash_attn.flash_attn_varlen_func`), when installed, runs a whole row in two calls on
-CUDA in half precision (`varlen`): the causal pieces, then the responses over their prompts (its
-`causal=True` is bottom-right aligned when queries are fewer than keys). Not installable on the
-machines this project is tested on: that path is untested here.
+flash-attn (`flash_attn.flash_attn_varlen_func`), when installed, runs a whole row in one call on
+CUDA in half precision (`varlen`): every piece's queries over its keys, [total, heads, D] with
+int32 cu_seqlens. Its `causal=True` is bottom-right aligned, so a response sees its prompt, and its
+grouped-query heads come from fewer key/value heads. flash-attn does not install on the machines
+this project is tested on. tests/models/test_flash_varlen.py runs this path through the model
+against a reference implementation of flash-attn's contract (equal to the SDPA pieces to 1e-5);
+the real flash-attn has not run it.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib.util
-import os
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.attention.bias import causal_lower_right
 
-FUSED_ONLY_ENV = "EASYVIDEOR1_FUSED_ATTENTION"
-"""Environment variable: "1" runs CUDA attention calls with the MATH kernel refused."""
+from easyvideor1.models import kernel_check
+
+FUSED_ONLY_ENV = kernel_check.STRICT_ENV
+"""Environment variable: "1" runs CUDA attention calls with the MATH kernel refused (`kernel_check.strict`)."""
 FUSED_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION]
 HALF_PRECISION = (torch.float16, torch.bfloat16)
 
 
 @contextmanager
 def kernel_policy(device: torch.device):
-    """On CUDA with `EASYVIDEOR1_FUSED_ATTENTION=1`: SDPA may use fused kernels only (module docstring)."""
-    if device.type == "cuda" and os.environ.get(FUSED_ONLY_ENV, "") not in ("", "0"):
-        with sdpa_kernel(FUSED_BACKENDS):
-            yield
-    else:
+    """On CUDA: every SDPA call inside is checked (`kernel_check.watch`); under `kernel_check.strict()`
+    SDPA may use fused kernels only (module docstring)."""
+    if device.type != "cuda":
         yield
+        return
+    with ExitStack() as stack:
+        if kernel_check.strict():
+            stack.enter_context(sdpa_kernel(FUSED_BACKENDS))
+        stack.enter_context(kernel_check.watch())
+        yield
+
+
+def _cuda(t: torch.Tensor) -> bool:
+    """`t.is_cuda`; the tests replace it to record on a CPU the calls CUDA gets (tests/models/test_kernel_check.py)."""
+    return t.is_cuda
 
 
 def _heads(q, k, v):
     """(k, v, enable_gqa) for SDPA: GQA natively, except on CUDA in float32 (module docstring)."""
     if q.shape[1] == k.shape[1]:
         return k, v, False
-    if q.is_cuda and q.dtype not in HALF_PRECISION:
+    if _cuda(q) and q.dtype not in HALF_PRECISION:
         rep = q.shape[1] // k.shape[1]
         return k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1), False
     return k, v, True
@@ -106,8 +122,8 @@ def varlen_available(query: torch.Tensor) -> bool:
 
 def varlen(qs, ks, vs, scale) -> list[torch.Tensor]:
     """flash-attn's varlen call over many pieces, bottom-right causal: queries qs[i] [1, H, R_i, D]
-    over keys ks[i] [1, H_kv, S_i, D] (S_i >= R_i). Returns each piece's [1, H, R_i, D]. Untested here
-    (module docstring)."""
+    over keys ks[i] [1, H_kv, S_i, D] (S_i >= R_i). Returns each piece's [1, H, R_i, D]. Tested against
+    a reference of flash-attn's contract, not flash-attn itself (module docstring)."""
     def tokens(xs):  # [total, heads, D], flash-attn's layout
         return torch.cat([x[0].transpose(0, 1) for x in xs])
 

@@ -23,6 +23,7 @@ from easyvideor1.models.loading import load_policy, load_processor, load_referen
 from easyvideor1.models.lora import ReferenceView, apply_lora, parameter_counts
 from easyvideor1.models.meta_init import WeightSource, fill_weights
 from easyvideor1.models.mrope import mrope_spec
+from easyvideor1.models.kernel_check import set_strict as strict_kernels
 from easyvideor1.models.packing import packing_blocker, use_packed_attention
 from easyvideor1.models.shared_prefix import shared_prefix_blocker
 from easyvideor1.records import Sample
@@ -212,6 +213,7 @@ def build_run(cfg: Config) -> Run:
     frames = FrameSource(cfg.vision, cfg.data.cache_dir, cfg.data.cache_mode)
 
     m = cfg.model
+    strict_kernels(m.strict_kernels)  # CUDA attention that would run SDPA's MATH kernel: an error, not a warning
     # Built on the meta device, sharded, then each rank reads only its own rows (`models.meta_init`).
     # The policy's parameters and AdamW states are float32 (master weights); `model.dtype` is the
     # compute dtype, applied by FSDP2 (`shard(param_dtype=...)`). At lr 1e-6, bf16 parameters
