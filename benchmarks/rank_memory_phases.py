@@ -188,7 +188,8 @@ def _config(work: Path, model: Path, save: bool) -> Path:
     cfg.write_text(json.dumps({  # JSON is YAML
         "vision": {"family": "qwen2_5_vl"},
         "model": {"path": str(model), "dtype": "bfloat16"},
-        "rollout": {"engine": "hf", "n": 2, "max_tokens": 4, "temperature": 1.0},
+        # text only: no media admitted, so the 256-token prompts need no room for vision (config.prompt_budget_problem)
+        "rollout": {"engine": "hf", "n": 2, "max_tokens": 4, "temperature": 1.0, "limit_videos": 0, "limit_images": 0},
         "algorithm": {"adv_estimator": "grpo", "disable_kl": False},
         "training": {"steps": 2, "rollout_batch_size": 2, "mini_batch_size": 2, "micro_batch_size": 2, "seed": 0},
         "data": {"train_files": [str(data)], "shuffle": False, "max_prompt_tokens": 256},

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import logging
 from importlib import resources
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from easyvideor1 import config_tree
 from easyvideor1.algorithms.config import ALGORITHM_PRESETS, AlgorithmConfig
 from easyvideor1.rewards.config import RewardConfig
 from easyvideor1.rollout.tools.registry import get_tools
+from easyvideor1.vision import budget
 from easyvideor1.vision.config import VisionConfig
 
 log = logging.getLogger(__name__)
@@ -39,10 +40,21 @@ class DataConfig:
     """Frame cache folder built by `easyvideor1 cache` (None: decode on the fly)."""
     cache_mode: Literal["prefer_cache", "cache_only", "realtime"] = "prefer_cache"
     """Read cached frames and fall back to decoding, require the cache, or always decode."""
-    max_prompt_tokens: int = 8192
-    """Prompts (text + vision tokens) longer than this are reported and skipped."""
+    max_prompt_tokens: int = 28672
+    """Longest prompt (text + vision tokens, never truncated); at load it must hold rollout.limit_videos videos + limit_images images at the vision section's largest + prompt_text_tokens; longer ones at run time are skipped and counted."""
+    prompt_text_tokens: int = 512
+    """Tokens the load-time prompt check keeps for text beside the largest vision input (template, question, options; tool schemas with rollout.tools)."""
+    max_skip_fraction: float = 0.01
+    """Most samples skipped at run time (unreadable media, prompts over max_prompt_tokens), as a fraction of those tried so far; past it the run stops naming the first (1: never stop)."""
     shuffle: bool = True
     """Shuffle training samples each epoch (seeded by training.seed)."""
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.max_skip_fraction <= 1.0:
+            raise ValueError(f"data.max_skip_fraction must be in [0, 1] (1: never stop), got {self.max_skip_fraction}")
+        if self.prompt_text_tokens < 0 or self.max_prompt_tokens < 1:
+            raise ValueError(f"data.max_prompt_tokens ({self.max_prompt_tokens}) must be >= 1 and "
+                             f"data.prompt_text_tokens ({self.prompt_text_tokens}) >= 0")
 
 
 @dataclass
@@ -119,7 +131,7 @@ class RolloutConfig:
     limit_videos: int = 1
     """Most videos per prompt for vLLM (it reserves encoder memory for them); samples over it are an error. With rollout.tools the engine takes max_turns - 1 more (one per tool turn; a call past them is an error turn)."""
     limit_images: int = 2
-    """Most images per prompt for vLLM (as limit_videos)."""
+    """Most images per prompt for vLLM (as limit_videos). Both limits are the media the load-time prompt check counts (data.max_prompt_tokens); 0 for data without that medium."""
     enforce_eager: bool = False
     """Run vLLM without CUDA graphs / torch.compile (quicker start, slower decoding; set true on CPU)."""
     sleep: bool = True
@@ -300,18 +312,63 @@ class Config:
             raise ValueError("hybrid.enable needs rollout.n >= 2 (n-1 online responses + 1 offline)")
 
 
+def prompt_budget_problem(cfg: Config) -> str | None:
+    """Why `data.max_prompt_tokens` cannot hold the largest prompt the config admits (None: it can),
+    naming the largest admissible settings. Counted by `vision.budget` as the sampler sizes frames:
+    `rollout.limit_videos` videos and `rollout.limit_images` images per prompt (what vLLM admits;
+    the hf engine takes more, and a prompt that then runs over is skipped and counted at run time)
+    plus `data.prompt_text_tokens` of text (a run that admits no media is not checked). Needs only
+    the config: `vision.family` is the model's (the train command and `training.setup` refuse a
+    model of another family)."""
+    d, v, r = cfg.data, cfg.vision, cfg.rollout
+    room = d.max_prompt_tokens - d.prompt_text_tokens
+
+    def fits(vision: VisionConfig) -> bool:
+        return budget.prompt_vision_tokens(vision, r.limit_videos, r.limit_images) <= room
+
+    if not (r.limit_videos or r.limit_images) or fits(v):  # a text-only run (no media admitted): nothing to check
+        return None
+    video, image = budget.largest_video(v), budget.image_tokens(v)
+    need = budget.prompt_vision_tokens(v, r.limit_videos, r.limit_images) + d.prompt_text_tokens
+    parts = []
+    if r.limit_videos:
+        parts.append(f"{r.limit_videos} video{'s' * (r.limit_videos > 1)} of up to {video.tokens:,} "
+                     f"({video.frames} frames of up to {video.frame_pixels:,} px, {v.family})")
+    if r.limit_images:
+        parts.append(f"{r.limit_images} image{'s' * (r.limit_images > 1)} of up to {image:,}")
+    fixes = [f"data.max_prompt_tokens >= {need}"]
+    if r.limit_videos:
+        for name, lo in (("max_frames", v.min_frames), ("video_total_pixels", v.video_min_pixels)):
+            best = budget.largest_fitting(lo, getattr(v, name), lambda x: fits(replace(v, **{name: x})))
+            if best is not None:
+                fixes.append(f"vision.{name} <= {best}")
+    if len(fixes) == 1 and r.limit_images:
+        best = budget.largest_fitting(v.image_min_pixels, v.image_max_pixels,
+                                      lambda x: fits(replace(v, image_max_pixels=x)))
+        if best is not None:
+            fixes.append(f"vision.image_max_pixels <= {best}")
+    return (f"data.max_prompt_tokens={d.max_prompt_tokens} cannot hold the largest prompt this config admits, "
+            f"{need:,} tokens: {' + '.join(parts)} (rollout.limit_videos / limit_images per prompt) + "
+            f"{d.prompt_text_tokens} of text (data.prompt_text_tokens), so such samples would be skipped; "
+            f"set {', or '.join(fixes)}")
+
+
 def demo_config_path() -> str:
     """The packaged config of `easyvideor1 demo` (configs/demo_cpu.yaml inside the package)."""
     return str(resources.files("easyvideor1") / "configs" / "demo_cpu.yaml")
 
 
-def load_config(path: str | None = None, overrides: list[str] | None = None) -> Config:
+def load_config(path: str | None = None, overrides: list[str] | None = None, check_prompt: bool = True) -> Config:
     """Load and validate the tree from a YAML file (optional) plus `section.key=value` overrides.
 
     `algorithm.preset: dapo` (a key of `algorithms.config.ALGORITHM_PRESETS`) fills the algorithm
     section with that recipe. One rule of precedence: a field written explicitly wins over
     the preset, wherever either comes from (the YAML file or the command line). Each field
     that changes a preset's value is named in one warning at load.
+
+    `check_prompt`: refuse a config whose largest prompt exceeds `data.max_prompt_tokens`
+    (`prompt_budget_problem`); off only to read back what a past run recorded (its checkpoints'
+    config, for export and eval settings), which may predate the check.
     """
     data = config_tree.read_yaml(path) if path else {}
     data = config_tree.apply_overrides(data, overrides or [])
@@ -330,7 +387,11 @@ def load_config(path: str | None = None, overrides: list[str] | None = None) -> 
         if clashes:
             log.warning("algorithm.preset=%s: %s", name, "; ".join(clashes))
         data["algorithm"] = {**ALGORITHM_PRESETS[name], **algo}
-    return config_tree.from_dict(Config, data)
+    cfg = config_tree.from_dict(Config, data)
+    problem = prompt_budget_problem(cfg) if check_prompt else None
+    if problem:
+        raise config_tree.ConfigError(problem)
+    return cfg
 
 
 def _differs(value, preset_value) -> bool:

@@ -47,7 +47,8 @@ def load_source(src: str, flag: str = "--settings-from") -> tuple[ModelSettings,
     """(the settings `src` carries or its training config gives, what it is: a file or a checkpoint)."""
     path = Path(src).expanduser()
     if path.is_file() and path.suffix.lower() in (".yaml", ".yml"):
-        return model_settings.settings_of(load_config(str(path)), config=str(path)), str(path)
+        # the settings only: a training config written before the prompt budget check still reads
+        return model_settings.settings_of(load_config(str(path), check_prompt=False), config=str(path)), str(path)
     if path.is_dir():
         for folder in (path, path / "hf_model", path / "train" / "hf_model"):
             found = model_settings.read(folder)

@@ -169,6 +169,7 @@ def _plan(args: argparse.Namespace) -> int:
     from easyvideor1.config import load_config  # imports torch
     from easyvideor1.training.plan.memory import advice, from_config, plan_memory, render_disk, render_plan
     from easyvideor1.training.plan.shapes import TINY_PREFIX, read_shape
+    from easyvideor1.vision.budget import clip_tokens, largest_video
 
     cfg = load_config(path, overrides)
     model = args.model_config or cfg.model.path or f"{TINY_PREFIX}{cfg.vision.family}"
@@ -184,6 +185,11 @@ def _plan(args: argparse.Namespace) -> int:
                         f"{shape.heads} attention heads")
     plan = plan_memory(shape, workload)
     print(render_plan(shape, workload, plan, advice(shape, workload)))
+    largest = largest_video(cfg.vision)
+    print(f"videos, as the sampler sizes them: the largest this vision section admits takes {largest.tokens} prompt "
+          f"tokens ({largest.vision_tokens} vision, {largest.frames} frames of at most {largest.frame_pixels} px; the "
+          f"rows above plan for it unless --vision-tokens); a 64-s 1080p clip at 30 fps takes "
+          f"{clip_tokens(cfg.vision, 64, 1080, 1920)}")
     print(render_disk(plan, workload, cfg.logging.out_dir))
     return 0
 

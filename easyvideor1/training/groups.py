@@ -42,6 +42,9 @@ class ScoredGroups:
     # ReMax under separate placement: the greedy response's reward per prompt [G], made by the
     # rollout side with the batch's weights (`trainer.greedy_rewards`); None: the trainer makes it
     greedy: torch.Tensor | None = None
+    # The first samples of the step skipped on any data-parallel rank, (id, why), for the run's
+    # skip count (`training.skips`); their number is filter_metrics["data/prompt_failures"]
+    skipped: list[tuple[str, str]] = field(default_factory=list)
 
     def add(self, other: ScoredGroups, groups: list[int]) -> None:
         """Take `other`'s groups `groups` (indices) and its hybrid counts."""

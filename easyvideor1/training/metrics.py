@@ -142,3 +142,11 @@ def console_line(metrics: dict[str, Any], keys: tuple[str, ...]) -> str:
             section, _, name = k.rpartition("/")
             parts.append(f"{section if name == 'all' else name}={value:.3g}")
     return "  ".join(parts)
+
+
+def skipped_note(metrics: dict[str, Any]) -> str:
+    """The run's skipped samples for the progress bar ("  skipped=3 (1.2%)"), once there are any."""
+    skipped = metrics.get("data/skipped_total")
+    if not skipped:
+        return ""
+    return f"  skipped={skipped:.0f} ({metrics.get('data/skipped_fraction', 0.0):.1%})"

@@ -22,6 +22,7 @@ from easyvideor1.training.loader import PromptLoader
 from easyvideor1.training.metrics import MetricsSink
 from easyvideor1.training.sequence_parallel import DataParallel
 from easyvideor1.training.sequences import ForwardContext
+from easyvideor1.training.skips import SkipLedger
 
 
 @dataclass
@@ -48,6 +49,7 @@ class Run:
     remote: RemoteRollouts | None = None  # rollout.placement=separate: the rollout side's handle (process or rank)
     step: int = 0
     history: list[dict[str, float]] = field(default_factory=list)
+    skips: SkipLedger = field(default_factory=SkipLedger)  # samples skipped at run time, against data.max_skip_fraction
 
     @property
     def data_parallel(self) -> DataParallel:

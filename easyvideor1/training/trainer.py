@@ -32,12 +32,13 @@ from easyvideor1.config_tree import ConfigError
 from easyvideor1.prompts import Prompt
 from easyvideor1.rollout.tools.multiturn import tool_metrics
 from easyvideor1.training.groups import ScoredGroups, pad_groups, reward_metrics
-from easyvideor1.training.metrics import StageTimer, StepMetrics, console_line, gather_values
+from easyvideor1.training.metrics import StageTimer, StepMetrics, console_line, gather_values, skipped_note
 from easyvideor1.training.parity import parity_metrics
 from easyvideor1.training.rank_balance import rank_slots
 from easyvideor1.training.run import Run
 from easyvideor1.training.sequence_parallel import share_scored
 from easyvideor1.training.sequences import RolloutBatch, all_full_kl, all_logprobs, make_batch
+from easyvideor1.training.skips import SHOWN
 from easyvideor1.training.state import checkpoint as ckpt
 from easyvideor1.training.update import policy_update
 from easyvideor1.training.validation import validate
@@ -51,12 +52,15 @@ def rollout_stage(run: Run, step: int, timer: StageTimer) -> ScoredGroups:
     Every rank ends with the same number of groups (`training.rollout_batch_size` / ranks): a
     sample that fails to load is reported and its slot padded with a fully masked group, and
     dynamic sampling generates rounds until every rank is full. So every rank runs the same
-    micro-batches, and FSDP's collectives stay in step.
+    micro-batches, and FSDP's collectives stay in step. The step's tried and failed samples of all
+    ranks (`data/prompts`, `data/prompt_failures`) and the first failures' reasons come with the
+    groups, for the run's skip count (`training.skips`).
     """
     cfg = run.cfg
     dp = run.data_parallel  # the ranks of a sequence-parallel group hold the same prompts
     per_rank, n = cfg.training.rollout_batch_size // dp.world, cfg.rollout.n
     failures: list = []
+    tried = [0]  # samples whose prompts this rank built or failed to, every round
     rounds = itertools.count()  # dynamic sampling's generation rounds
 
     def next_prompts():
@@ -70,6 +74,7 @@ def rollout_stage(run: Run, step: int, timer: StageTimer) -> ScoredGroups:
             prompts, failed = run.prompts.build_many([batch[i] for i in slots],
                                                      seed_offsets=[(first + i) * n for i in slots])
         failures.extend(failed)
+        tried[0] += len(slots)
         return prompts
 
     params = run.rollouts.params(step)
@@ -81,8 +86,12 @@ def rollout_stage(run: Run, step: int, timer: StageTimer) -> ScoredGroups:
     timer.add("rollout", time.perf_counter() - start - timer.times.get("time/prepare", 0.0))
     scored = share_scored(scored, run.ctx.sequence_parallel)
     pad_groups(scored, per_rank, run.padding, n)
-    scored.filter_metrics["data/prompt_failures"] = distributed.all_reduce_floats([len(failures)],
-                                                                                  group=dp.group)[0]
+    failed, scored.filter_metrics["data/prompts"] = distributed.all_reduce_floats([len(failures), tried[0]],
+                                                                                  group=dp.group)
+    scored.filter_metrics["data/prompt_failures"] = failed
+    if failed:  # the same on every rank: the first reasons of all ranks, for the run's skip count
+        parts = distributed.all_gather_objects([(f.sample_id, f.reason) for f in failures[:SHOWN]], dp.group)
+        scored.skipped = [x for part in parts for x in part][:SHOWN]
     return scored
 
 
@@ -185,6 +194,9 @@ def train_step(run: Run, step: int) -> dict[str, float]:
     m = StepMetrics()
     timer = m.timer
     scored = rollout_stage(run, step, timer) if run.remote is None else take_stage(run, step, m)
+    fm = scored.filter_metrics  # every rank's same counts: the same decision (a TooManySkipped) on each
+    m.glob.update(run.skips.count(fm.get("data/prompts", 0.0), fm.get("data/prompt_failures", 0.0), scored.skipped,
+                                  run.cfg.data.max_skip_fraction))
     greedy = None
     if run.cfg.algorithm.needs_greedy_rollout:
         with timer("greedy_rollout"):
@@ -247,9 +259,10 @@ def log_examples(run: Run, step: int, scored: ScoredGroups, groups: int = 1) -> 
 
 
 def checkpoint_run(run: Run, step: int) -> None:
-    """Everything that lives across steps: loader position, KL coefficient, step (model,
+    """Everything that lives across steps: loader position, KL coefficient, skip counts, step (model,
     optimizer, schedule and every rank's RNG are saved by `checkpoint.save_checkpoint`)."""
-    state = {"loader": run.loader.state_dict(), "kl_controller": run.kl.state_dict(), "step": step}
+    state = {"loader": run.loader.state_dict(), "kl_controller": run.kl.state_dict(), "step": step,
+             "skips": run.skips.state_dict()}
     ckpt.save_checkpoint(f"{run.cfg.logging.out_dir}/checkpoints", step, run.model, run.optimizer,
                          run.scheduler, state, keep=run.cfg.checkpoint.keep,
                          timeout_minutes=run.cfg.checkpoint.timeout_minutes, config=config_tree.to_dict(run.cfg))
@@ -275,6 +288,8 @@ def maybe_resume(run: Run) -> int:
     path = Path(chosen)
     state = ckpt.load_checkpoint(path, run.model, run.optimizer, run.scheduler)
     run.loader.load_state_dict(state["loader"])
+    if "skips" in state:  # older checkpoints: the count starts afresh
+        run.skips.load_state_dict(state["skips"])
     if "kl_controller" in state:
         run.kl.load_state_dict(state["kl_controller"])
     elif isinstance(run.kl, AdaptiveKLController):
@@ -327,7 +342,7 @@ def _loop(run: Run, start: int, on_step: Callable[[int, dict[str, Any]], None] |
         out_of_time = bool(cfg.training.max_minutes) and distributed.any_true(minutes_left <= 0)  # one decision
         if progress is not None:
             progress.update(1)
-            line = console_line(metrics, ("reward/all", "accuracy/all"))
+            line = console_line(metrics, ("reward/all", "accuracy/all")) + skipped_note(metrics)
             if isinstance(metrics.get("time/step"), (int, float)):  # seconds per step, not a step number
                 line += f"  {metrics['time/step']:.3g}s/step"
             if cfg.training.max_minutes:  # the bar's ETA counts to training.steps; the budget may end first

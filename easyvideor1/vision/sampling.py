@@ -7,7 +7,12 @@ reference the Qwen-VL papers and EasyVideoR1 use. Departures:
 - for families whose video budget counts all frames (Qwen3-VL, Qwen3.5, as their HF video
   processors do) `video_total_pixels` bounds T*H*W; for the others (Qwen2/2.5-VL) it bounds
   H*W summed over temporal patches, T/temporal_patch_size*H*W, as qwen-vl-utils does;
-- the downscale branch of `smart_resize` never goes below one grid cell per side (HF's guard).
+- the downscale branch of `smart_resize` never goes below one grid cell per side (HF's guard);
+- `smart_resize` never exceeds `max_pixels` (when it allows one grid cell): where Qwen's rounding
+  would (a frame so narrow that its short side is held at one cell, or a small frame whose sides
+  both round up past a budget close to `min_pixels`), the long side, then the short one, is cut
+  to fit. Only such frames differ from qwen-vl-utils; the budget check (`vision.budget`) relies
+  on the bound.
 """
 
 from __future__ import annotations
@@ -72,7 +77,8 @@ def frame_indices(total_frames: int, video_fps: float, cfg: VisionConfig, start:
 def smart_resize(height: int, width: int, factor: int, min_pixels: float,
                  max_pixels: float) -> tuple[int, int]:
     """(H, W) multiples of `factor`, closest to the input aspect ratio, with
-    min_pixels <= H*W <= max_pixels (when the range allows a multiple of `factor`)."""
+    min_pixels <= H*W <= max_pixels (when the range allows a multiple of `factor`; where it does
+    not, H*W <= max_pixels wins)."""
     if min(height, width) <= 0:
         raise ValueError(f"cannot resize a {height}x{width} frame")
     if max(height, width) / min(height, width) > MAX_ASPECT_RATIO:
@@ -88,6 +94,11 @@ def smart_resize(height: int, width: int, factor: int, min_pixels: float,
         beta = math.sqrt(min_pixels / (height * width))
         h = math.ceil(height * beta / factor) * factor
         w = math.ceil(width * beta / factor) * factor
+    if h * w > max_pixels >= factor * factor:  # see the module docstring: the budget is a bound
+        long, short = (h, w) if h >= w else (w, h)
+        long = max(factor, math.floor(max_pixels / short / factor) * factor)
+        short = min(short, math.floor(max_pixels / long / factor) * factor)
+        h, w = (long, short) if h >= w else (short, long)
     return h, w
 
 

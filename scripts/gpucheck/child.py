@@ -54,6 +54,10 @@ def run_one(name: str, shape: Shape, work: Path, data: dict, args) -> dict:
     cfg = load_config(None, [
         f"model.path={model_dir}", f"model.dtype={args.dtype}", "model.gradient_checkpointing=true",
         "model.attn_implementation=sdpa", f"vision.family={shape.family}", "vision.fps=2.0",
+        # the workload's clips whole (every frame; 448 px ones at their size, tiny ones raised to the default
+        # minimum as before), one medium a prompt: within data.max_prompt_tokens, checked at load
+        f"vision.max_frames={2 * wl.clip_seconds}", "rollout.limit_images=1",
+        *([f"vision.video_max_pixels={wl.clip_side ** 2}"] if wl.clip_side ** 2 >= 128 * 28 * 28 else []),
         f"data.train_files=[{data['train']}]", "data.shuffle=false", f"data.max_prompt_tokens={wl.max_prompt_tokens}",
         "rollout.engine=hf", f"rollout.n={wl.n}",
         f"rollout.max_tokens={wl.max_tokens}", "rollout.temperature=1.0", "algorithm.disable_kl=true",

@@ -25,7 +25,10 @@ def _cfg(model):
     return load_config(None, [f"model.path={model}", "model.dtype=float32", "rollout.engine=vllm",
                               "rollout.dtype=float32", "rollout.enforce_eager=true", "rollout.limit_videos=1",
                               "rollout.limit_images=3", f"rollout.max_tokens={MAX_TOKENS}",
-                              f"data.max_prompt_tokens={MAX_PROMPT}"])
+                              f"data.max_prompt_tokens={MAX_PROMPT}",
+                              # the tiny prompts' vision section (within the 12,000 tokens, checked at load)
+                              "vision.max_frames=8", "vision.video_min_pixels=3136", "vision.video_max_pixels=12544",
+                              "vision.image_min_pixels=3136", "vision.image_max_pixels=12544"])
 
 
 @pytest.fixture(scope="module")

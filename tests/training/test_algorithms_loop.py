@@ -101,7 +101,7 @@ def test_remax_with_a_sample_that_fails_to_load(setup, tmp_path):
     mixed = tmp_path / "mixed.jsonl"
     mixed.write_text("".join(json.dumps(r) + "\n" for r in [bad] + rows))
     path = write_config(tmp_path, model, mixed, tmp_path / "out", algorithm={"preset": "remax"},
-                        data__shuffle=False, data__on_error="skip")
+                        data__shuffle=False, data__on_error="skip", data__max_skip_fraction=1.0)
     run = build_run(load_config(str(path)))
     train(run)
     first, second = run.history

@@ -18,6 +18,7 @@ from easyvideor1.errors import UserError
 from easyvideor1.models.tiny import build_tiny_model
 from easyvideor1.training.plan.shapes import read_shape, tiny_config
 from easyvideor1.training.setup import build_run
+from easyvideor1.vision.budget import clip_tokens, largest_video
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
@@ -91,6 +92,12 @@ def test_the_7b_plan_counts_the_whole_run(capsys, tmp_path):
     assert f"host RAM per node (8 GPUs): vLLM asleep (pinned) {8 * 2 * p / GIB:.1f} GiB" in out
     assert f"checkpoints: {12 * p / GIB:.1f} GiB each, {3 * 12 * p / GIB:.1f} GiB for checkpoint.keep=2" in out
     assert 98e9 < 12 * p < 101e9
+    # vision tokens as the sampler counts them (the old plan dropped the temporal patch: 12,288 planned
+    # against 19,968-21,376 admitted for a 64-s clip before the config's total-pixel cap)
+    cfg = load_config(str(CONFIGS / "qwen2_5_vl_7b_8gpu.yaml"))
+    largest, clip = largest_video(cfg.vision), clip_tokens(cfg.vision, 64, 1080, 1920)
+    assert f"1 prompt(s) of 16384, {largest.vision_tokens} of them vision" in out
+    assert f"a 64-s 1080p clip at 30 fps takes {clip}" in out and clip <= largest.tokens <= 16384
 
 
 def test_vllm_never_gets_less_than_it_needs_to_start(capsys):

@@ -67,7 +67,7 @@ def _config(root, model, data, name, filtering):
     return out, write_config(root, model, data, out, steps=2, data__max_prompt_tokens=1000,
                              training__logprob_chunk_size=4, training__balance_ranks=False,
                              algorithm__online_filtering=filtering, algorithm__max_filter_tries=4,
-                             data__on_error="skip")
+                             data__on_error="skip", data__max_skip_fraction=1.0)  # 2 of 4 skipped: counted, go on
 
 
 @pytest.mark.parametrize("filtering", [True, False], ids=["dynamic-sampling", "padding"])
@@ -87,6 +87,7 @@ def test_failed_samples_on_one_rank_keep_ranks_in_step(setup, filtering):
     m1 = [json.loads(line) for line in (one / "metrics.jsonl").read_text().splitlines()]
     m2 = [json.loads(line) for line in (two / "metrics.jsonl").read_text().splitlines()]
     assert [r["data/prompt_failures"] for r in m2] == [r["data/prompt_failures"] for r in m1] == [2.0, 0.0]
+    assert [r["data/skipped_total"] for r in m2] == [r["data/skipped_total"] for r in m1] == [2.0, 2.0]
     if filtering:
         assert m2[0]["filter/filter_tries"] == 2.0  # rank 1 was full after one round, and still ran the second
     for a, b in zip(m1, m2):

@@ -46,7 +46,8 @@ def test_small_data_missing_video_and_progress_postfix(tmp_path, capsys):
     path = write_config(tmp_path, model, data, tmp_path / "out", steps=2, logging__progress=True,
                         hybrid={"enable": False})
     with console():
-        run = build_run(load_config(str(path), ["checkpoint.export_hf=false"]))
+        # 1 of 4 skipped: over the default data.max_skip_fraction (tests/data/test_skipped_samples.py)
+        run = build_run(load_config(str(path), ["checkpoint.export_hf=false", "data.max_skip_fraction=1"]))
         train(run)
     assert all(r["data/prompt_failures"] >= 1 for r in run.history)  # failed in both steps
     err = capsys.readouterr().err
@@ -60,3 +61,4 @@ def test_small_data_missing_video_and_progress_postfix(tmp_path, capsys):
     # the bar's postfix, after tqdm's own rate: "[00:00<00:00,  4.6step/s, reward=0  accuracy=0  0.237s/step]"
     postfix = [p for p in re.findall(r"train: [^\r\n]*?\d/2 \[([^\]]*)\]", err) if "reward=" in p]
     assert postfix and all(re.search(r"  \d+(\.\d+)?s/step$", p) and "step=" not in p for p in postfix), postfix
+    assert "skipped=1 (25.0%)" in postfix[0] and "skipped=2 (25.0%)" in postfix[-1], postfix  # the run's count

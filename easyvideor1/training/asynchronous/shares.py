@@ -20,8 +20,8 @@ def trainer_shares(scored: ScoredGroups, batch: list[Sample], trainers: int, cfg
     (`rank_slots` of the step's `batch`; a group's slot is its prompt's `seed_offset` / n), so the
     same prompts, responses and token balance; with dynamic sampling, which fills the batch as one
     colocated process does, equal contiguous parts. Each part is padded where samples failed. The
-    hybrid counts (which data-parallel ranks sum) go with the first part; the filter metrics,
-    already the batch's, with every part."""
+    hybrid counts (which data-parallel ranks sum) go with the first part; the filter metrics and
+    the skipped samples, already the batch's, with every part."""
     size = cfg.training.sequence_parallel_size
     dp = trainers // size
     if dp == 1:
@@ -35,7 +35,8 @@ def trainer_shares(scored: ScoredGroups, batch: list[Sample], trainers: int, cfg
         parts = [[group_of[s] for s in rank_slots(batch, d, dp, vision) if s in group_of] for d in range(dp)]
     shares = [pad_groups(ScoredGroups([scored.prompts[g] for g in part], [scored.groups[g] for g in part],
                                       [scored.results[g] for g in part],
-                                      scored.hybrid if d == 0 else HybridCounters(), dict(scored.filter_metrics)),
+                                      scored.hybrid if d == 0 else HybridCounters(), dict(scored.filter_metrics),
+                                      skipped=list(scored.skipped)),
                          per, padding, n)
               for d, part in enumerate(parts)]
     return [shares[r // size] for r in range(trainers)]

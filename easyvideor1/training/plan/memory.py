@@ -51,6 +51,7 @@ from dataclasses import dataclass, replace
 
 from easyvideor1.models.families import get_family
 from easyvideor1.training.plan.shapes import ModelShape
+from easyvideor1.vision.budget import largest_video
 from easyvideor1.training.recompute import gradient_checkpointing
 
 GIB = 2**30
@@ -428,11 +429,10 @@ def video_frame_bytes(vision, shape: ModelShape) -> int:
 
 
 def video_tokens(vision, shape: ModelShape) -> int:
-    """LLM tokens of the longest video the vision section admits: `max_frames` frames of at most
-    `video_max_pixels` each (and `video_total_pixels` over all), one token per merged patch pair."""
-    family = get_family(vision.family)
-    per_frame = min(vision.video_max_pixels, vision.video_total_pixels // max(1, vision.max_frames))
-    return (vision.max_frames // family.temporal_patch_size) * (per_frame // family.grid_factor**2)
+    """LLM vision tokens of the longest video the vision section admits, counted as the sampler
+    sizes frames (`vision.budget.largest_video`: every frame count it can pick, the temporal patch,
+    the per-family total-pixel rule)."""
+    return largest_video(vision).vision_tokens
 
 
 def render_plan(s: ModelShape, w: Workload, p: Plan, fixes: list[str]) -> str:

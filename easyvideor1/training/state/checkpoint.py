@@ -295,7 +295,7 @@ def recorded_config(path: str | os.PathLike, overrides: list[str] | None = None)
     file = Path(path) / RUN_CONFIG_FILE
     if not file.is_file():
         raise FileNotFoundError(f"{path} records no config ({RUN_CONFIG_FILE}; an older version wrote it)")
-    cfg = load_config(str(file), overrides)
+    cfg = load_config(str(file), overrides, check_prompt=False)  # as recorded: an older run may predate the check
     cwd = Path(read_meta(path).get("cwd") or os.getcwd())
     for section, key in (("model", "path"), ("data", "template_dir")):
         value = getattr(getattr(cfg, section), key)
