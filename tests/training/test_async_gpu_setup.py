@@ -139,11 +139,12 @@ def rollout_rank(setup, gpus, monkeypatch):
         hf.append(torch.device(device))
         return load_policy(path, dtype, attn_implementation, device="cpu")
 
-    def llm(**kwargs):
-        raise Handed(kwargs, {k: os.environ.get(k) for k in ("CUDA_VISIBLE_DEVICES", "LOCAL_RANK", "RANK")})
+    class Recording(vllm.LLM):  # the real class's methods (the engine's start-up check reads them)
+        def __init__(self, **kwargs):
+            raise Handed(kwargs, {k: os.environ.get(k) for k in ("CUDA_VISIBLE_DEVICES", "LOCAL_RANK", "RANK")})
 
     monkeypatch.setattr(rollout_side, "load_policy", load_on_cpu)
-    monkeypatch.setattr(vllm, "LLM", llm)
+    monkeypatch.setattr(vllm, "LLM", Recording)
 
     def run(processes: int, tensor_parallel_size: int = 1):
         cuda = gpus(8)
