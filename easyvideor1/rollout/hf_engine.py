@@ -236,11 +236,7 @@ class HFEngine:
         self, prompts: list[Prompt], seeds: list[int | None], params: SamplingParams
     ) -> list[Rollout]:
         model = self.model
-        param = next(model.parameters())
-        device = param.device
-        batch = collate(
-            [p.inputs for p in prompts], self.family, self.spec, self.pad_token_id, padding_side="left"
-        ).to(device, dtype=param.dtype)
+        device = next(model.parameters()).device
         generators = [None if s is None else torch.Generator(device=device).manual_seed(s) for s in seeds]
         banned = torch.tensor(self.banned, dtype=torch.long, device=device)
         stop_ids = self.eos_ids | set(params.stop_token_ids)
@@ -251,10 +247,8 @@ class HFEngine:
         finish: list[str | None] = [None] * b
         texts = [_TextStream(self.tokenizer, p.inputs.input_ids.tolist()) for p in prompts]
 
-        attention = batch.attention_mask
-        positions = batch.position_ids[:, :, -1:]  # [4, B, 1]: every prompt ends in text
         with torch.no_grad(), _eval_mode(model), _gathered(model):
-            out = model(**_prefill_kwargs(model, batch), use_cache=True, logits_to_keep=1)
+            out, attention, positions = self._prefill([p.inputs for p in prompts])
             for step in range(params.max_tokens):
                 new, new_lp = next_tokens(out.logits[:, -1], params, banned, generators)
                 new_ids, new_lps = new.tolist(), new_lp.tolist()  # one device sync per step
@@ -273,7 +267,8 @@ class HFEngine:
                 if switch is not None:  # partial rollouts: newer weights, the rows' KV cache recomputed
                     self.switches.load(switch)
                     self.version = switch
-                    out, attention, positions = self._prefill_again(prompts, tokens)
+                    out, attention, positions = self._prefill(
+                        [append_response(p.inputs, t, self.spec) for p, t in zip(prompts, tokens)])
                     continue
                 fed = torch.tensor(
                     [t[-1] if f is None else self.pad_token_id for t, f in zip(tokens, finish)], device=device
@@ -299,14 +294,15 @@ class HFEngine:
             for r in range(b)
         ]
 
-    def _prefill_again(self, prompts: list[Prompt], tokens: list[list[int]]):
-        """Partial rollouts, after a weight switch: each row's prompt + tokens so far through the
-        model again (left-padded: every row ends in its last token). The model output (the next
-        token's logits, the new KV cache), the attention mask and each row's last position."""
+    def _prefill(self, inputs: list) -> tuple:
+        """`inputs` (prompts; after a partial rollout's weight switch, prompt + tokens so far) through
+        the model, left-padded so every row ends in its last token (every prompt ends in text): the
+        output (the next token's logits, the KV cache), the attention mask and each row's last
+        position ids [4, B, 1]."""
         model = self.model
         param = next(model.parameters())
-        batch = collate([append_response(p.inputs, t, self.spec) for p, t in zip(prompts, tokens)], self.family,
-                        self.spec, self.pad_token_id, padding_side="left").to(param.device, dtype=param.dtype)
+        batch = collate(inputs, self.family, self.spec, self.pad_token_id, padding_side="left").to(
+            param.device, dtype=param.dtype)
         out = model(**_prefill_kwargs(model, batch), use_cache=True, logits_to_keep=1)
         return out, batch.attention_mask, batch.position_ids[:, :, -1:]
 

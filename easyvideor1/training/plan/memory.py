@@ -51,6 +51,7 @@ from dataclasses import dataclass, replace
 
 from easyvideor1.models.families import get_family
 from easyvideor1.training.plan.shapes import ModelShape
+from easyvideor1.training.state.checkpoint import checkpoint_size, free_disk
 from easyvideor1.vision.budget import largest_video
 from easyvideor1.training.recompute import gradient_checkpointing
 
@@ -155,6 +156,8 @@ class Plan:
     """Peak bytes of the optimizer step (state, gradients, AdamW's temporaries, runtime)."""
     vllm_needs: float = 0.0
     """The least share of a GPU vLLM starts with: its weights, its profile forward and one max_model_len of KV cache."""
+    rollout_share: float = 0.0
+    """Bytes of vLLM's share (`rollout.gpu_memory_utilization` of a GPU)."""
     rollout_gpu: float = 0.0
     """Peak bytes of a rollout process's GPU under separate placement (0: colocated)."""
     host: tuple[tuple[str, float], ...] = ()
@@ -166,9 +169,6 @@ class Plan:
     def vllm_short(self) -> bool:
         """vLLM's share of the GPU is below what it needs to start."""
         return self.vllm_needs > 0 and self.vllm_needs > self.rollout_share
-
-    rollout_share: float = 0.0
-    """Bytes of vLLM's share (`rollout.gpu_memory_utilization` of a GPU)."""
 
     @property
     def fits(self) -> bool:
@@ -334,8 +334,7 @@ def checkpoint_bytes(s: ModelShape, w: Workload) -> float:
     """One checkpoint on disk: the float32 master weights of what trains (all of the model in full
     fine-tuning; LoRA saves its adapters) and AdamW's two float32 moments of it."""
     train, _ = trainable(s, w)
-    weights = 4 * train if w.lora_rank else 4 * s.parameters
-    return weights + (8 * train if w.adam else 0.0)
+    return checkpoint_size(train, s.parameters, bool(w.lora_rank), w.adam)
 
 
 def _sp_choices(s: ModelShape, w: Workload) -> list[int]:
@@ -487,18 +486,7 @@ def render_disk(p: Plan, w: Workload, out_dir: str) -> str:
     if not w.checkpoint_keep:
         return f"checkpoints: off (checkpoint.every=0); one would take {p.checkpoint / GIB:.1f} GiB"
     need = (w.checkpoint_keep + 1) * p.checkpoint
-    free = free_bytes(out_dir)
+    free = free_disk(out_dir)[1]
     verdict = "enough" if need <= free else "NOT enough: the run refuses to start"
     return (f"checkpoints: {p.checkpoint / GIB:.1f} GiB each, {need / GIB:.1f} GiB for checkpoint.keep="
             f"{w.checkpoint_keep} + the one being written, {free / GIB:.1f} GiB free on {out_dir}'s disk: {verdict}")
-
-
-def free_bytes(path: str) -> float:
-    """Free bytes of the disk `path` is (or will be) on: its nearest existing folder's."""
-    import os
-    import shutil
-
-    folder = os.path.abspath(path)
-    while not os.path.isdir(folder):
-        folder = os.path.dirname(folder)
-    return float(shutil.disk_usage(folder).free)

@@ -87,23 +87,33 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state(cuda)
 
 
+def checkpoint_size(trainable: float, total: float, lora: bool, adam: bool) -> float:
+    """Bytes of one checkpoint: the float32 master weights (LoRA: the trained parameters only) and
+    AdamW's two float32 moments of what trains (`plan` counts the same)."""
+    return 4 * (trainable if lora else total) + (8 * trainable if adam else 0)
+
+
+def free_disk(path: str | os.PathLike) -> tuple[Path, int]:
+    """(the nearest existing folder of `path`, which may not exist yet, and its disk's free bytes)."""
+    folder = Path(path).absolute()
+    while not folder.is_dir():
+        folder = folder.parent
+    return folder, shutil.disk_usage(folder).free
+
+
 def checkpoint_room(cfg, trainable: int, total: int) -> None:
     """Refuse to start a run whose checkpoints cannot fit its disk: `checkpoint.keep` of them plus
-    the one being written (the oldest goes only after the new one is complete), each the float32
-    master weights (LoRA: the trained parameters only) and AdamW's two float32 moments, less what
-    the run's checkpoints already on disk take. Every rank looks at its own view of the disk and
-    all refuse together (`distributed.all_true`)."""
+    the one being written (the oldest goes only after the new one is complete, `checkpoint_size`
+    each), less what the run's checkpoints already on disk take. Every rank looks at its own view
+    of the disk and all refuse together (`distributed.all_true`)."""
     c = cfg.checkpoint
     if not c.every:
         return
-    one = 4 * (trainable if cfg.model.lora.rank else total) + (8 * trainable if cfg.training.optimizer == "adamw" else 0)
+    one = checkpoint_size(trainable, total, bool(cfg.model.lora.rank), cfg.training.optimizer == "adamw")
     root = Path(cfg.logging.out_dir) / "checkpoints"
     held = sum(f.stat().st_size for d in list_checkpoints(root) for f in d.rglob("*") if f.is_file())
     need = (c.keep + 1) * one - held
-    folder = Path(cfg.logging.out_dir).absolute()
-    while not folder.is_dir():
-        folder = folder.parent
-    free = shutil.disk_usage(folder).free
+    folder, free = free_disk(cfg.logging.out_dir)
     if not distributed.all_true(need <= free):
         gib = 2**30
         raise UserError(f"checkpoints of this run take {one / gib:.1f} GiB each, {(c.keep + 1) * one / gib:.1f} GiB for "
