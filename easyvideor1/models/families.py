@@ -57,6 +57,8 @@ class Family:
     padding_free: bool
     """The text model honours packed sequences (position-id restarts, no attention mask).
     Qwen3.5's linear-attention layers carry state across packed sequences on CPU/eager."""
+    moe: bool = False
+    """The language model's MLPs are sparse mixture-of-experts blocks (a router picks top-k experts)."""
 
     @property
     def grid_factor(self) -> int:
@@ -132,6 +134,42 @@ MODEL_FAMILIES: dict[str, Family] = {
         requires_mm_token_type_ids=True,
         default_system_prompt=None,
         padding_free=False,
+    ),
+    "qwen3_vl_moe": Family(
+        name="qwen3_vl_moe",
+        model_type="qwen3_vl_moe",
+        architecture="Qwen3VLMoeForConditionalGeneration",
+        processor_class="Qwen3VLProcessor",
+        video_processor_class="Qwen3VLVideoProcessor",
+        patch_size=16,
+        merge_size=2,
+        temporal_patch_size=2,
+        video_budget_is_total=True,
+        image_mean=HALF,
+        image_std=HALF,
+        timestamps="frame_text",
+        requires_mm_token_type_ids=True,
+        default_system_prompt=None,
+        padding_free=True,
+        moe=True,
+    ),
+    "qwen3_5_moe": Family(
+        name="qwen3_5_moe",
+        model_type="qwen3_5_moe",
+        architecture="Qwen3_5MoeForConditionalGeneration",
+        processor_class="Qwen3VLProcessor",
+        video_processor_class="Qwen3VLVideoProcessor",
+        patch_size=16,
+        merge_size=2,
+        temporal_patch_size=2,
+        video_budget_is_total=True,
+        image_mean=HALF,
+        image_std=HALF,
+        timestamps="frame_text",
+        requires_mm_token_type_ids=True,
+        default_system_prompt=None,
+        padding_free=False,
+        moe=True,
     ),
 }
 

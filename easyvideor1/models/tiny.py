@@ -207,11 +207,47 @@ def qwen3_5_config(size: TinySize, tokens: dict[str, int]):
     return Qwen3_5Config(text_config=text, vision_config=vision, **_token_ids(tokens))
 
 
+TINY_EXPERTS = 4
+"""Experts per MoE layer of the tiny MoE models (the real ones: 128 and 256)."""
+TINY_TOP_K = 2
+"""Experts each token is routed to (the real ones: 8)."""
+
+
+def _moe(size: TinySize) -> dict:
+    """Every decoder layer's MLP a sparse MoE block: `TINY_EXPERTS` experts, top-`TINY_TOP_K`."""
+    return dict(num_experts=TINY_EXPERTS, num_experts_per_tok=TINY_TOP_K, moe_intermediate_size=size.text_hidden,
+                decoder_sparse_step=1, router_aux_loss_coef=0.001)
+
+
+def qwen3_vl_moe_config(size: TinySize, tokens: dict[str, int]):
+    """Qwen3-VL-MoE (30B-A3B's structure): Qwen3-VL with a sparse MoE block in every layer."""
+    from transformers import Qwen3VLMoeConfig
+
+    dense = qwen3_vl_config(size, tokens)
+    text = dense.text_config.to_dict() | _moe(size)
+    for key in ("model_type", "transformers_version", "architectures"):
+        text.pop(key, None)
+    return Qwen3VLMoeConfig(text_config=text, vision_config=dense.vision_config.to_dict(), **_token_ids(tokens))
+
+
+def qwen3_5_moe_config(size: TinySize, tokens: dict[str, int]):
+    """Qwen3.5-MoE (35B-A3B's structure): Qwen3.5 with sparse MoE blocks and a gated shared expert."""
+    from transformers import Qwen3_5MoeConfig
+
+    dense = qwen3_5_config(size, tokens)
+    text = dense.text_config.to_dict() | _moe(size) | dict(shared_expert_intermediate_size=size.text_hidden)
+    for key in ("model_type", "transformers_version", "architectures", "intermediate_size", "decoder_sparse_step"):
+        text.pop(key, None)
+    return Qwen3_5MoeConfig(text_config=text, vision_config=dense.vision_config.to_dict(), **_token_ids(tokens))
+
+
 TINY_CONFIGS = {
     "qwen2_vl": qwen2_vl_config,
     "qwen2_5_vl": qwen2_5_vl_config,
     "qwen3_vl": qwen3_vl_config,
     "qwen3_5": qwen3_5_config,
+    "qwen3_vl_moe": qwen3_vl_moe_config,
+    "qwen3_5_moe": qwen3_5_moe_config,
 }
 
 
