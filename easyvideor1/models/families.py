@@ -8,6 +8,7 @@ tiny configs are in `models/tiny.py` (registry `TINY_CONFIGS`), both keyed by th
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
@@ -135,43 +136,13 @@ MODEL_FAMILIES: dict[str, Family] = {
         default_system_prompt=None,
         padding_free=False,
     ),
-    "qwen3_vl_moe": Family(
-        name="qwen3_vl_moe",
-        model_type="qwen3_vl_moe",
-        architecture="Qwen3VLMoeForConditionalGeneration",
-        processor_class="Qwen3VLProcessor",
-        video_processor_class="Qwen3VLVideoProcessor",
-        patch_size=16,
-        merge_size=2,
-        temporal_patch_size=2,
-        video_budget_is_total=True,
-        image_mean=HALF,
-        image_std=HALF,
-        timestamps="frame_text",
-        requires_mm_token_type_ids=True,
-        default_system_prompt=None,
-        padding_free=True,
-        moe=True,
-    ),
-    "qwen3_5_moe": Family(
-        name="qwen3_5_moe",
-        model_type="qwen3_5_moe",
-        architecture="Qwen3_5MoeForConditionalGeneration",
-        processor_class="Qwen3VLProcessor",
-        video_processor_class="Qwen3VLVideoProcessor",
-        patch_size=16,
-        merge_size=2,
-        temporal_patch_size=2,
-        video_budget_is_total=True,
-        image_mean=HALF,
-        image_std=HALF,
-        timestamps="frame_text",
-        requires_mm_token_type_ids=True,
-        default_system_prompt=None,
-        padding_free=False,
-        moe=True,
-    ),
 }
+
+for _dense, _moe_arch in (("qwen3_vl", "Qwen3VLMoeForConditionalGeneration"),
+                          ("qwen3_5", "Qwen3_5MoeForConditionalGeneration")):
+    # the MoE models share their dense family's processor, vision tower and positions
+    MODEL_FAMILIES[f"{_dense}_moe"] = dataclasses.replace(
+        MODEL_FAMILIES[_dense], name=f"{_dense}_moe", model_type=f"{_dense}_moe", architecture=_moe_arch, moe=True)
 
 
 def get_family(name: str) -> Family:
