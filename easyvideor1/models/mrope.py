@@ -149,4 +149,6 @@ MROPE = {
     "qwen2_5_vl": qwen2_5_vl_positions,
     "qwen3_vl": qwen3_vl_positions,
     "qwen3_5": qwen3_vl_positions,  # vLLM's Qwen3_5ForConditionalGeneration inherits Qwen3-VL's rule
+    "qwen3_vl_moe": qwen3_vl_positions,
+    "qwen3_5_moe": qwen3_vl_positions,
 }
