@@ -4,7 +4,9 @@
 transformers integration, `model.add_adapter`), so the model keeps its class and its module
 names: FSDP2's units (`training/fsdp.py`), the log-prob passes (`model.model`, `model.lm_head`)
 and the engines see the same model as in full fine-tuning. Every base parameter is frozen;
-only the adapters (and `modules_to_save`) train, so only they get AdamW states.
+only the adapters (and `modules_to_save`) train, so only they get AdamW states. On the MoE
+families the adapters go on attention (and Qwen3.5-MoE's shared expert); the routed experts (3-D
+grouped parameters, no nn.Linear), the router and the shared-expert gate stay frozen (`GATES`).
 
 - Reference model: `ReferenceView`, the policy with its adapters switched off for each call
   (TRL's and veRL's way): no second copy of the weights.
@@ -30,15 +32,23 @@ import torch
 ADAPTER = "default"  # peft's adapter name; one adapter per policy
 
 
+# MoE gates left out unless named: a router's or a shared expert's gate picks or weighs experts
+# (a low-rank update of a [4, H] or [1, H] gate is not one; under routing replay the router must
+# stay the engine's). The routed experts never match: their grouped 3-D parameters are no nn.Linear.
+GATES = ("gate", "shared_expert_gate")
+
+
 def linear_targets(model, names: list[str], vision: bool) -> list[str]:
     """Full module names of the linear layers to adapt: those of the language model (and the
-    vision tower with `vision`), restricted to `names` (last name component) when given."""
+    vision tower with `vision`), restricted to `names` (last name component) when given; without
+    `names`, every one but the MoE gates (`GATES`)."""
     inner = model.model
     scopes = [("model.language_model.", inner.language_model)]
     if vision:
         scopes.append(("model.visual.", inner.visual))
     found = [prefix + n for prefix, scope in scopes for n, m in scope.named_modules()
-             if isinstance(m, torch.nn.Linear) and (not names or n.rsplit(".", 1)[-1] in names)]
+             if isinstance(m, torch.nn.Linear)
+             and (n.rsplit(".", 1)[-1] in names if names else n.rsplit(".", 1)[-1] not in GATES)]
     if not found:
         raise ValueError(f"model.lora.target_modules={names} matches no linear layer of the "
                          f"{'language model or vision tower' if vision else 'language model'}")

@@ -85,7 +85,11 @@ class WeightSource:
         mapping = get_model_conversion_mapping(model)
         renamings = [t for t in mapping if isinstance(t, WeightRenaming)]
         converters = [t for t in mapping if isinstance(t, WeightConverter)]
+        by_pattern = {pattern: c for c in converters for pattern in c.source_patterns}
         self.where: dict[str, tuple[Path, str]] = {}
+        self.transposed: dict[str, tuple[int, int]] = {}  # name -> the two dims the file has swapped
+        self.experts: dict[str, list[dict[int, tuple[Path, str]]]] = {}  # name -> per source pattern, expert -> (file, key)
+        converted: dict[str, list] = {}
         for file in _files(self.path):
             with safe_open(str(file), framework="pt", backend="pread") as f:
                 keys = list(f.keys())
@@ -93,11 +97,15 @@ class WeightSource:
                 name, converter = rename_source_key(key, renamings, converters, model.base_model_prefix, expected)
                 if name not in expected and key in expected:
                     name, converter = key, None
-                if converter is not None:
+                if converter is not None and name in expected:
+                    converted.setdefault(name, []).append((file, key, by_pattern[converter], converter))
+                elif converter is not None:
                     raise WeightsError(f"model.path {file}: weight {key} needs transformers' conversion "
                                        f"({converter}); convert the folder once: from_pretrained, then save_pretrained")
-                if name in expected:
+                elif name in expected:
                     self.where[name] = (file, key)
+        for name, parts in converted.items():
+            self._converted(name, tuple(expected[name].shape), parts)
         # tied names (lm_head.weight and the input embedding): one tensor, stored once
         owners: dict[int, list[str]] = {}
         for name, p in model.named_parameters(remove_duplicate=False):
@@ -107,15 +115,67 @@ class WeightSource:
             for n in names:
                 if n not in self.where and stored:
                     self.where[n] = self.where[stored[0]]
-        missing = sorted(set(expected) - set(self.where))
+        missing = sorted(set(expected) - set(self.where) - set(self.experts))
         if missing:
             raise WeightsError(f"model.path {self.path} has no weight for {len(missing)} tensors of the model "
                              f"(e.g. {missing[:3]}): not a checkpoint of this architecture")
+
+    def _converted(self, name: str, shape: tuple[int, ...], parts: list) -> None:
+        """Where the model's `name` comes from when transformers converts it on load: the MoE families'
+        grouped experts, stored transposed (Qwen3-VL-MoE's `Transpose`) or one tensor per expert
+        (Qwen3.5-MoE's `MergeModulelist` over experts, then `Concatenate` of gate and up). Others refuse."""
+        import re
+
+        from safetensors import safe_open
+        from transformers.core_model_loading import Concatenate, MergeModulelist, Transpose
+
+        converter = parts[0][2]
+        ops = [type(op) for op in converter.operations]
+        if ops == [Transpose] and len(parts) == 1:
+            file, key = parts[0][:2]
+            with safe_open(str(file), framework="pt", backend="pread") as f:
+                stored = tuple(f.get_slice(key).get_shape())
+            op = converter.operations[0]
+            swapped = list(shape)
+            swapped[op.dim0], swapped[op.dim1] = shape[op.dim1], shape[op.dim0]
+            if stored in (shape, tuple(swapped)):
+                self.where[name] = (file, key)
+                if stored != shape:
+                    self.transposed[name] = (op.dim0, op.dim1)
+                return
+        elif ops in ([MergeModulelist], [MergeModulelist, Concatenate]) and converter.operations[0].dim == 0:
+            per_pattern: list[dict[int, tuple[Path, str]]] = [{} for _ in converter.source_patterns]
+            for file, key, _, pattern in parts:
+                expert = int(re.search(r"\.(\d+)\.", key[key.index(pattern.split("*")[0]):]).group(1))
+                per_pattern[converter.source_patterns.index(pattern)][expert] = (file, key)
+            if all(set(p) == set(range(shape[0])) for p in per_pattern):
+                self.experts[name] = per_pattern
+                return
+        raise WeightsError(f"model.path {parts[0][0]}: weight {parts[0][1]} needs a transformers conversion "
+                           f"({converter.operations}) this start-up cannot read by slices; convert the folder once: "
+                           "from_pretrained, then save_pretrained")
 
     def read(self, name: str, region: tuple[slice, ...]) -> torch.Tensor:
         """Rows `region` of weight `name` (an HF name of the built model), in its load dtype."""
         from safetensors import safe_open
 
+        if name in self.experts:  # one expert at a time: the rank's experts, gate and up concatenated
+            rows = []
+            for expert in range(region[0].start, region[0].stop):
+                whole = []
+                for experts in self.experts[name]:
+                    file, key = experts[expert]
+                    with safe_open(str(file), framework="pt", backend="pread") as f:
+                        whole.append(f.get_tensor(key))
+                rows.append(torch.cat(whole, dim=0)[region[1:]])
+            return torch.stack(rows).to(self.dtypes[name])
+        if name in self.transposed:
+            d0, d1 = self.transposed[name]
+            stored = list(region)
+            stored[d0], stored[d1] = region[d1], region[d0]
+            file, key = self.where[name]
+            with safe_open(str(file), framework="pt", backend="pread") as f:
+                return f.get_slice(key)[tuple(stored)].transpose(d0, d1).contiguous().to(self.dtypes[name])
         file, key = self.where[name]
         with safe_open(str(file), framework="pt", backend="pread") as f:
             return f.get_slice(key)[region].to(self.dtypes[name])

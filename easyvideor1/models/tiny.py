@@ -224,7 +224,8 @@ def qwen3_vl_moe_config(size: TinySize, tokens: dict[str, int]):
     from transformers import Qwen3VLMoeConfig
 
     dense = qwen3_vl_config(size, tokens)
-    text = dense.text_config.to_dict() | _moe(size)
+    # norm_topk_prob: as the released config.json has it; vLLM reads it (transformers always renormalises)
+    text = dense.text_config.to_dict() | _moe(size) | dict(norm_topk_prob=True)
     for key in ("model_type", "transformers_version", "architectures"):
         text.pop(key, None)
     return Qwen3VLMoeConfig(text_config=text, vision_config=dense.vision_config.to_dict(), **_token_ids(tokens))

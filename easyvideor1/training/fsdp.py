@@ -14,6 +14,12 @@ unit gets one more forward method (`models.logprobs.HEAD_PASS`, FSDP2's
 head is gathered once per pass, not once per chunk. Call `run_root_once` after sharding: the
 root module must be the FSDP root of every unit below it (module docstring of `run_root_once`).
 
+MoE families: a decoder layer stays one unit with its experts, router and attention. The grouped
+expert parameters ([experts, 2 x intermediate, hidden], [experts, hidden, intermediate]) are
+sharded on dim 0, whole experts per rank; an experts unit of its own would add a gather per layer
+and lower no peak (in 30B-A3B the experts are ~97% of a layer's parameters). Two processes train
+as one (tests/training/test_moe_families.py).
+
 Mixed precision: parameters stay float32 (the master weights, and so AdamW's states); FSDP2
 gathers them in the compute dtype for each forward and reduces gradients in float32.
 """

@@ -119,3 +119,22 @@ def test_video_processor_config_as_real_checkpoints(name, tiny_dirs):
         assert saved.get("do_sample_frames") is False
     processor = AutoProcessor.from_pretrained(tiny_dirs[name])
     assert processor.video_processor.do_sample_frames == default
+
+
+@pytest.mark.parametrize("name", [n for n, f in MODEL_FAMILIES.items() if f.moe])
+def test_moe_routers_are_drawn_and_route_tokens_apart(name, tiny_dirs):
+    """transformers makes each router's weight zeros in `__init__` (a tie: every token the same
+    experts); `_init_weights` must draw it, or routing replay has nothing to replay. Each layer's
+    router, as loaded, spreads random hidden states over every expert, each token to top-k of them."""
+    from easyvideor1.models.tiny import TINY_EXPERTS, TINY_TOP_K
+
+    model = AutoModelForImageTextToText.from_pretrained(tiny_dirs[name], dtype=torch.float32)
+    layers = model.model.language_model.layers
+    hidden = torch.randn(64, model.config.get_text_config().hidden_size, generator=torch.Generator().manual_seed(0))
+    for layer in layers:
+        router = layer.mlp.gate
+        assert router.weight.shape == (TINY_EXPERTS, hidden.shape[1]) and router.weight.std() > 0.01
+        _, scores, chosen = router(hidden)  # [tokens, top_k] each
+        assert chosen.shape == (64, TINY_TOP_K) and torch.allclose(scores.sum(-1), torch.ones(64))
+        assert set(chosen.flatten().tolist()) == set(range(TINY_EXPERTS))
+        assert len({tuple(sorted(r)) for r in chosen.tolist()}) > 1

@@ -41,12 +41,26 @@ def _skeleton(model):
 
 def _names_on_disk(skeleton, names: list[str]) -> dict[str, str]:
     """Model name -> the name `save_pretrained` writes (the checkpoint format transformers knows
-    for the architecture, e.g. Qwen2.5-VL's `model.layers.*`, `visual.*`)."""
+    for the architecture, e.g. Qwen2.5-VL's `model.layers.*`, `visual.*`). A name whose tensor the
+    format changes (Qwen3.5-MoE's grouped experts, written one tensor per expert) is left out:
+    `_on_disk` converts it when its tensor comes."""
     from transformers.core_model_loading import revert_weight_conversion
 
-    marks = {name: torch.empty(0) for name in names}
+    shapes = skeleton.state_dict()
+    marks = {name: torch.empty(shapes[name].shape, dtype=shapes[name].dtype, device="meta") for name in names}
     by_id = {id(t): name for name, t in marks.items()}
-    return {by_id[id(t)]: disk for disk, t in revert_weight_conversion(skeleton, marks).items()}
+    return {by_id[id(t)]: disk for disk, t in revert_weight_conversion(skeleton, marks).items() if id(t) in by_id}
+
+
+def _on_disk(skeleton, disk: dict[str, str], name: str, tensor: torch.Tensor) -> Iterator[tuple[str, torch.Tensor]]:
+    """(name on disk, tensor) pairs `save_pretrained` writes for the model's `name`: renamed, or
+    converted alone (each of the grouped experts' conversions reverts one model tensor)."""
+    if name in disk or name not in skeleton.state_dict():
+        yield disk.get(name, name), tensor
+        return
+    from transformers.core_model_loading import revert_weight_conversion
+
+    yield from revert_weight_conversion(skeleton, {name: tensor}).items()
 
 
 def write_hf(model, processor, dtype: str, out_dir: str | Path, shard_bytes: int = SHARD_BYTES) -> Path | None:
@@ -71,8 +85,8 @@ def write_hf(model, processor, dtype: str, out_dir: str | Path, shard_bytes: int
     writer = ShardWriter(out_dir, shard_bytes) if rank0 else None
     for name, tensor in merged_state_items(model) if adapted else _gathered(model):
         if writer is not None and name not in skip:
-            tensor = tensor.cpu()
-            writer.add(disk.get(name, name), tensor.to(dt) if tensor.is_floating_point() else tensor)
+            for on_disk, part in _on_disk(skeleton, disk, name, tensor.cpu()):
+                writer.add(on_disk, part.to(dt) if part.is_floating_point() else part)
         del tensor
     if writer is None:
         return None
