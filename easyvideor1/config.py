@@ -66,7 +66,7 @@ class LoRAConfig:
     dropout: float = 0.0
     """Dropout on the adapters' input in train-mode passes (the HF engine decodes in eval mode; keep 0 for exact PPO ratios)."""
     target_modules: list[str] = field(default_factory=list)
-    """Linear layers to adapt, by last name component (e.g. q_proj); empty: every linear layer of the language model."""
+    """Linear layers to adapt, by last name component (e.g. q_proj); empty: every linear layer of the language model but MoE gates."""
     vision: bool = False
     """Also adapt the vision tower's linear layers (default: the vision tower stays frozen)."""
     modules_to_save: list[str] = field(default_factory=list)

@@ -144,6 +144,7 @@ class Rollout:
     text: str
     logprobs: list[float] | None = None  # behaviour policy's per-token log-probs (None: unknown)
     versions: list[int] | None = None  # per token: the weights' version that sampled it (separate placement)
+    routes: Any = None  # MoE: [prompt + response tokens, layers, top_k] int16 experts the engine used (models.routing)
     finish_reason: str = "stop"  # stop | length | offline
     offline: bool = False  # an offline trajectory placed by the hybrid slot
     truncated: bool = False  # cut to the response limit (offline trajectories only)

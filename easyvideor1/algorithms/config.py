@@ -27,6 +27,7 @@ from easyvideor1.algorithms.kl import (
 )
 from easyvideor1.algorithms.policy_losses import POLICY_LOSSES
 from easyvideor1.algorithms.rollout_correction import ROLLOUT_CORRECTIONS
+from easyvideor1.models.routing import ROUTING_REPLAY
 
 
 def _check_name(field: str, value: str, registry: dict) -> None:
@@ -94,6 +95,10 @@ class AlgorithmConfig:
     """C: TIS truncates ratios at C; MIS masks ratios outside [1/C, C]."""
     rollout_correction_geometric: bool = False
     """seq_tis / seq_mis use the geometric mean of the token ratios instead of their product."""
+    routing_replay: str = "rollout"
+    """MoE models: `rollout` replays the engine's recorded experts in every trainer pass (R3), `none` lets the trainer route; dense models ignore it."""
+    router_aux_loss_coef: float | None = None
+    """MoE load-balancing loss coefficient (null: the model config's `router_aux_loss_coef`; 0: off)."""
 
     def __post_init__(self) -> None:
         _check_name("adv_estimator", self.adv_estimator, ADVANTAGES)
@@ -123,6 +128,9 @@ class AlgorithmConfig:
             ("kl_horizon", self.kl_horizon > 0, "> 0"),
             ("filter_high", self.filter_low < self.filter_high, "> filter_low"),
             ("rollout_correction_threshold", self.rollout_correction_threshold > 1, "> 1"),
+            ("routing_replay", self.routing_replay in ROUTING_REPLAY, f"one of {', '.join(ROUTING_REPLAY)}"),
+            ("router_aux_loss_coef", self.router_aux_loss_coef is None or self.router_aux_loss_coef >= 0,
+             ">= 0 (or null: the model config's)"),
         ]
         for name, ok, rule in checks:
             if not ok:

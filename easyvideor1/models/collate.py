@@ -76,6 +76,8 @@ class Batch:
     packing: Packing | PaddedRows | None = None
     """Block bounds of a padding-free row (B = 1; `models.packing`), or of each right-padded
     group-shared row (`PaddedRows`); None for other padded rows."""
+    routes: torch.Tensor | None = None
+    """[B, L, layers, k] long: MoE experts to route each token to (`models.routing`); None: dense model."""
 
     def model_kwargs(self) -> dict:
         """Keyword arguments for the HF model's forward / generate (None entries dropped)."""

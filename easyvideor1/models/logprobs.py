@@ -27,6 +27,7 @@ matmul per chunk) rather than keeping them from the forward.
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -37,6 +38,7 @@ from easyvideor1.algorithms.kl import full as vocabulary_kl
 from easyvideor1.models.collate import Batch
 from easyvideor1.models.lora import viewed_module
 from easyvideor1.models.packing import PACKED_ATTENTION, language_attention
+from easyvideor1.models.routing import routes_applied
 from easyvideor1.models.ulysses import ULYSSES_ATTENTION, SequenceParallel, sharded_hidden
 
 
@@ -218,10 +220,12 @@ def sequence_logprobs(
                                  "packed attention "
                                  "(models.packing.use_packed_attention, or models.ulysses.use_ulysses_attention "
                                  "under sequence parallelism); with its SDPA, sequences would see each other")
-    if sp is None:
-        hidden, offset = model.model(**batch.model_kwargs(), use_cache=False).last_hidden_state, 0  # [B, L, H]
-    else:
-        hidden, offset = sharded_hidden(model, batch, sp)  # [1, L/k, H]: this rank's slice
+    # MoE: route with `batch.routes` (`models.routing`); the update reads the router outputs it collects
+    with nullcontext() if batch.routes is None else routes_applied(model, batch.routes, torch.is_grad_enabled()):
+        if sp is None:
+            hidden, offset = model.model(**batch.model_kwargs(), use_cache=False).last_hidden_state, 0  # [B, L, H]
+        else:
+            hidden, offset = sharded_hidden(model, batch, sp)  # [1, L/k, H]: this rank's slice
     mask = batch.loss_mask.to(hidden.device)
     if mask[:, 0].any():
         raise ValueError("a response token at position 0 has no context to be scored from")
@@ -235,7 +239,9 @@ def sequence_logprobs(
     rows = hidden[b_idx, src]  # [n, H]: the position that predicts each response token
     ref_rows = ref_head = None
     if reference is not None:
-        with torch.no_grad():
+        # a LoRA reference view shares the policy's routers: their routes stay for the policy's backward
+        with torch.no_grad(), \
+                nullcontext() if batch.routes is None else routes_applied(reference, batch.routes, keep=True):
             ref_hidden = (reference.model(**batch.model_kwargs(), use_cache=False).last_hidden_state if sp is None
                           else sharded_hidden(reference, batch, sp)[0])
             ref_rows, ref_head = ref_hidden[b_idx, src], reference.lm_head  # [n, H]

@@ -34,7 +34,7 @@ policy and its behaviour log-prob is that policy's.
 
 from __future__ import annotations
 
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Callable
 
@@ -46,6 +46,7 @@ from easyvideor1.models.families import Family
 from easyvideor1.models.inputs import append_response
 from easyvideor1.models.mrope import MRopeSpec
 from easyvideor1.models.packing import PACKED_ATTENTION, PaddedRows, language_attention
+from easyvideor1.models.routing import ROUTE_FREE, moe_routers, recording
 from easyvideor1.models.ulysses import ULYSSES_ATTENTION
 from easyvideor1.records import Rollout
 from easyvideor1.prompts import Prompt, empty_prompt
@@ -167,6 +168,7 @@ class HFEngine:
         self._empty: Prompt | None = None  # built when a rank first has nothing to decode
         self.version: int | None = None  # the weights' version, recorded per token (separate placement)
         self.switches: WeightSwitches | None = None  # partial rollouts: newer weights mid-generation
+        self.record_routes = bool(moe_routers(model))  # MoE: each token's experts ride with the rollout
 
     # -- protocol -------------------------------------------------------------------------
 
@@ -246,9 +248,11 @@ class HFEngine:
         versions: list[list[int]] = [[] for _ in range(b)]
         finish: list[str | None] = [None] * b
         texts = [_TextStream(self.tokenizer, p.inputs.input_ids.tolist()) for p in prompts]
+        routes: list[list[torch.Tensor]] = [[] for _ in range(b)]  # MoE, per row: [n, layers, k] pieces
 
-        with torch.no_grad(), _eval_mode(model), _gathered(model):
-            out, attention, positions = self._prefill([p.inputs for p in prompts])
+        with torch.no_grad(), _eval_mode(model), _gathered(model), \
+                (recording(model) if self.record_routes else nullcontext()) as recorder:
+            out, attention, positions = self._prefill([p.inputs for p in prompts], recorder, routes)
             for step in range(params.max_tokens):
                 new, new_lp = next_tokens(out.logits[:, -1], params, banned, generators)
                 new_ids, new_lps = new.tolist(), new_lp.tolist()  # one device sync per step
@@ -268,7 +272,7 @@ class HFEngine:
                     self.switches.load(switch)
                     self.version = switch
                     out, attention, positions = self._prefill(
-                        [append_response(p.inputs, t, self.spec) for p, t in zip(prompts, tokens)])
+                        [append_response(p.inputs, t, self.spec) for p, t in zip(prompts, tokens)], recorder, routes)
                     continue
                 fed = torch.tensor(
                     [t[-1] if f is None else self.pad_token_id for t, f in zip(tokens, finish)], device=device
@@ -282,6 +286,11 @@ class HFEngine:
                     past_key_values=out.past_key_values,
                     use_cache=True,
                 )
+                if recorder is not None:  # the step's route of each row's fed token (finished rows fed padding)
+                    step_routes = recorder.take((b, 1))
+                    for r in range(b):
+                        if finish[r] is None:
+                            routes[r].append(step_routes[r])
         return [
             Rollout(
                 prompt_index=-1,
@@ -290,21 +299,39 @@ class HFEngine:
                 logprobs=logprobs[r],
                 finish_reason=finish[r],
                 versions=None if self.version is None else versions[r],
+                routes=_rollout_routes(routes[r], len(prompts[r].inputs.input_ids) + len(tokens[r])),
             )
             for r in range(b)
         ]
 
-    def _prefill(self, inputs: list) -> tuple:
+    def _prefill(self, inputs: list, recorder=None, routes: list[list[torch.Tensor]] | None = None) -> tuple:
         """`inputs` (prompts; after a partial rollout's weight switch, prompt + tokens so far) through
         the model, left-padded so every row ends in its last token (every prompt ends in text): the
         output (the next token's logits, the KV cache), the attention mask and each row's last
-        position ids [4, B, 1]."""
+        position ids [4, B, 1]. With a `recorder` (MoE) each row's routes start again from this
+        prefill's (`routes[row]`: a new KV cache, so the routes later tokens saw)."""
         model = self.model
         param = next(model.parameters())
         batch = collate(inputs, self.family, self.spec, self.pad_token_id, padding_side="left").to(
             param.device, dtype=param.dtype)
         out = model(**_prefill_kwargs(model, batch), use_cache=True, logits_to_keep=1)
+        if recorder is not None:
+            prefill_routes = recorder.take(tuple(batch.input_ids.shape))  # [B, L, layers, k]
+            for row, start, end in batch.seq_spans:
+                routes[row][:] = [prefill_routes[row, start:end]]
         return out, batch.attention_mask, batch.position_ids[:, :, -1:]
+
+
+def _rollout_routes(pieces: list[torch.Tensor], tokens: int) -> torch.Tensor | None:
+    """A rollout's routes [tokens, layers, k] from its prefill and decode pieces; the last sampled
+    token, never fed back, gets `ROUTE_FREE` (no log-prob depends on its route)."""
+    if not pieces:
+        return None
+    routes = torch.cat(pieces)[:tokens]
+    if routes.shape[0] < tokens:
+        missing = torch.full((tokens - routes.shape[0], *routes.shape[1:]), ROUTE_FREE, dtype=routes.dtype)
+        routes = torch.cat([routes, missing])
+    return routes
 
 
 class _TextStream:

@@ -87,7 +87,10 @@ from pathlib import Path
 import torch
 
 from easyvideor1 import distributed
+from easyvideor1.models.expert_layout import released_items
+from easyvideor1.models.families import family_of
 from easyvideor1.models.lora import merged_state_items
+from easyvideor1.models.routing import routes_from_vllm
 from easyvideor1.prompts import Prompt
 from easyvideor1.records import Rollout
 from easyvideor1.rollout.base import (
@@ -105,8 +108,9 @@ from easyvideor1.rollout.vllm_logs import VLLMOutput
 
 def _state_items(model: torch.nn.Module, dtype: torch.dtype):
     """(HF name, tensor) of the model's weights in `dtype`, LoRA adapters merged in (`models.lora`);
-    FSDP2 DTensors gathered in `dtype` (a collective: every rank must iterate)."""
-    yield from merged_state_items(model, dtype)
+    FSDP2 DTensors gathered in `dtype` (a collective: every rank must iterate). The MoE families'
+    routed experts in the layout vLLM loads, converted as they stream (`models.expert_layout`)."""
+    yield from released_items(family_of(model.config), merged_state_items(model, dtype))
 
 
 class VLLMEngine:
@@ -130,6 +134,7 @@ class VLLMEngine:
         repetition_penalty: float = 1.0,
         presence_penalty: float = 0.0,
         log_file: str | os.PathLike | None = None,
+        return_routes: bool = False,
         **llm_kwargs,
     ):
         """Start vLLM on `model_path`.
@@ -146,7 +151,8 @@ class VLLMEngine:
         `presence_penalty` go to every request (evaluation presets; training keeps 1.0 / 0.0).
         `log_file`: everything vLLM writes, in this process and the ones it starts, goes to that
         file, not to the console (`rollout.vllm_logs`); None leaves vLLM's output as it is. Extra
-        keyword arguments go to `vllm.LLM`.
+        keyword arguments go to `vllm.LLM`. `return_routes` (MoE, `algorithm.routing_replay`): vLLM returns
+        each token's experts (`enable_return_routed_experts`), carried as `Rollout.routes`.
         """
         self._output = VLLMOutput(log_file)
         try:
@@ -177,6 +183,8 @@ class VLLMEngine:
         self.limits = dict(limit_mm_per_prompt or {"video": 1, "image": 2})
         if external_launcher:
             llm_kwargs["distributed_executor_backend"] = "external_launcher"
+        if return_routes:  # prompt and response routes, from the first prompt token (`routed_experts_prompt_start` 0)
+            llm_kwargs["enable_return_routed_experts"] = True
         with self._output.starting(), _engine_core_in_process(in_process_engine), _launcher_ranks(external_launcher):
             self.llm = vllm.LLM(
                 model=str(self.model_path),
@@ -265,6 +273,7 @@ class VLLMEngine:
                         text=c.text,
                         logprobs=[lp[t].logprob for t, lp in zip(ids, c.logprobs)],
                         finish_reason=c.finish_reason,
+                        routes=routes_from_vllm(getattr(c, "routed_experts", None), len(job.prompt_ids), len(ids)),
                     )
                 )
         return results
@@ -361,7 +370,7 @@ class VLLMEngine:
         seen, tensors = set(), {}
         for name, t in self.sync_items(model):
             t = t.contiguous().cpu()
-            key = (t.untyped_storage().data_ptr(), t.storage_offset())
+            key = t.untyped_storage().data_ptr()  # tied weights, and the per-expert views of one grouped tensor
             tensors[name] = t.clone() if key in seen else t  # safetensors refuses shared storage
             seen.add(key)
         partial = self._sync_dir / "model.safetensors.partial"  # not matched by *.safetensors

@@ -24,6 +24,7 @@ from easyvideor1.models.families import Family
 from easyvideor1.models.inputs import ModelInputs, append_response
 from easyvideor1.models.logprobs import sequence_logprobs
 from easyvideor1.models.mrope import MRopeSpec
+from easyvideor1.models.routing import ROUTE_FREE, place_routes
 from easyvideor1.models.shared_prefix import SharedGroup, collate_shared
 from easyvideor1.models.ulysses import SequenceParallel
 from easyvideor1.prompts import Prompt
@@ -79,7 +80,7 @@ def make_batch(prompts: list[Prompt], groups: list[list[Rollout]],
     errors = [x.error is not None for x in results or []]
     if any(errors):
         rollouts = [replace(r, token_ids=[], logprobs=None, versions=None, finish_reason="reward_error",
-                            model_mask=None, media=None) if bad else r
+                            model_mask=None, media=None, routes=None) if bad else r
                     for r, bad in zip(rollouts, errors)]
     if not rollouts:
         raise ValueError("no responses in this step (every prompt failed?)")
@@ -126,6 +127,8 @@ class ForwardContext:
     micro_batch_tokens: int = 0  # > 0: micro-batches up to this many computed tokens (`training.micro_batches`)
     sequence_parallel: SequenceParallel | None = None  # each row split over a group's ranks (`models.ulysses`)
     banned_ids: tuple[int, ...] = ()  # tokens the engines never sample (vision pads): probability 0 here too
+    router_shape: tuple[int, int] | None = None  # MoE: (layers, top_k); batches carry routes (`models.routing`)
+    routing_replay: bool = False  # MoE: route with the engine's recorded experts (`algorithm.routing_replay`)
 
 
 def sequence_inputs(batch: RolloutBatch, indices: list[int], ctx: ForwardContext) -> list[ModelInputs]:
@@ -152,15 +155,56 @@ def shared_groups(batch: RolloutBatch, indices: list[int]) -> list[SharedGroup]:
     return out
 
 
+def _recorded(batch: RolloutBatch, i: int, ctx: ForwardContext):
+    """Response `i`'s recorded routes [prompt + response, layers, k], or None (no replay, none recorded,
+    or tool turns: their tokens were never routed by the engine as one sequence)."""
+    r = batch.rollouts[i]
+    return r.routes if ctx.routing_replay and r.model_mask is None and r.routes is not None else None
+
+
+def sequence_routes(batch: RolloutBatch, indices: list[int], ctx: ForwardContext, shared: bool) -> list:
+    """Per sequence of the micro-batch (a response, or a group row when `shared`), its routes or None.
+    A group row's prompt routes are those of its first response that has routes (every response saw
+    the same prompt); a response without (an offline trajectory) routes itself (`ROUTE_FREE`)."""
+    if not shared:
+        return [_recorded(batch, i, ctx) for i in indices]
+    rows: list[tuple[int, list]] = []  # (group, [(response index, routes or None)])
+    for i in indices:
+        g = int(batch.group_ids[i])
+        if not rows or rows[-1][0] != g:
+            rows.append((g, []))
+        rows[-1][1].append((i, _recorded(batch, i, ctx)))
+    out = []
+    for g, responses in rows:
+        known = [routes for _, routes in responses if routes is not None]
+        if not known:
+            out.append(None)
+            continue
+        n = batch.prompts[g].inputs.prompt_len
+        free = torch.full((1, *known[0].shape[1:]), ROUTE_FREE, dtype=known[0].dtype)
+        out.append(torch.cat([known[0][:n]] + [routes[n:] if routes is not None
+                                                else free.expand(len(batch.rollouts[i].token_ids), -1, -1)
+                                                for i, routes in responses]))
+    return out
+
+
 def collate_responses(batch: RolloutBatch, indices: list[int], ctx: ForwardContext):
     """The model batch of responses `indices`: group-shared rows or one sequence per response."""
     # a response with tool turns carries media of its own: its micro-batch takes the plain path
-    if ctx.shared_prefix and all(batch.rollouts[i].model_mask is None for i in indices):
+    shared = ctx.shared_prefix and all(batch.rollouts[i].model_mask is None for i in indices)
+    if shared:
         mb = collate_shared(shared_groups(batch, indices), ctx.family, ctx.spec, ctx.pad_token_id,
                             padding_free=ctx.padding_free)
     else:
         mb = collate(sequence_inputs(batch, indices, ctx), ctx.family, ctx.spec, ctx.pad_token_id,
                      padding_free=ctx.padding_free)
+    if ctx.router_shape is not None:  # MoE: the routes ride with the tokens (padding and dummies: ROUTE_PAD)
+        per_sequence = sequence_routes(batch, indices, ctx, shared)
+        for (_, start, end), routes in zip(mb.seq_spans, per_sequence):
+            if routes is not None and routes.shape[0] != end - start:
+                raise ValueError(f"routing replay: {routes.shape[0]} recorded routes for a sequence of "
+                                 f"{end - start} tokens")
+        mb.routes = place_routes(tuple(mb.input_ids.shape), mb.seq_spans, per_sequence, *ctx.router_shape)
     return mb.to(ctx.device, ctx.pixel_dtype)
 
 

@@ -25,6 +25,7 @@ from easyvideor1.models.meta_init import WeightSource, fill_weights
 from easyvideor1.models.mrope import mrope_spec
 from easyvideor1.models.kernel_check import set_strict as strict_kernels
 from easyvideor1.models.packing import packing_blocker, use_packed_attention
+from easyvideor1.models.routing import router_settings
 from easyvideor1.models.shared_prefix import shared_prefix_blocker
 from easyvideor1.records import Sample
 from easyvideor1.rewards.batch import ScoringPool, score_batch
@@ -122,7 +123,8 @@ def make_engine(cfg: Config, model, processor, family, spec, samples: list[Sampl
                           limit_mm_per_prompt=limits,
                           enable_sleep_mode=None if r.sleep else False, seed=cfg.training.seed,
                           enforce_eager=r.enforce_eager, external_launcher=world > 1, untie_embeddings=untied,
-                          in_process_engine=True)  # syncs in memory, no weights file (`rollout.vllm_engine`)
+                          in_process_engine=True,  # syncs in memory, no weights file (`rollout.vllm_engine`)
+                          return_routes=family.moe and cfg.algorithm.routing_replay == "rollout")
     return HFEngine(model, processor, family, spec, max_batch_tokens=cfg.rollout.max_batch_tokens)
 
 
@@ -279,6 +281,7 @@ def build_run(cfg: Config) -> Run:
                          pixel_dtype=compute_dtype, banned_ids=tuple(banned_token_ids(processor.tokenizer)))
     if sp is not None:  # rows are split over the group's ranks: they must be packed rows
         ctx.padding_free, ctx.sequence_parallel = True, sp
+    ctx.router_shape, ctx.routing_replay = router_settings(cfg.algorithm.routing_replay, model, sp is not None)
     separate = cfg.rollout.placement == "separate"  # the rollout side generates; this HF engine only validates
     count, names = tools_not_on(train_samples + val_samples, cfg.rollout.tools)
     if count:

@@ -29,6 +29,7 @@ from easyvideor1.algorithms.kl import k1_sums
 from easyvideor1.algorithms.policy_losses import METRIC_REDUCTIONS, LossInputs
 from easyvideor1.algorithms.config import AlgorithmConfig
 from easyvideor1.algorithms.rollout_correction import mismatch_row_stats, rollout_correction
+from easyvideor1.models.routing import RouterStats, aux_loss, aux_loss_coef, release, router_stats
 from easyvideor1.training.micro_batches import balance_metrics
 from easyvideor1.training.parity import MismatchMetrics
 from easyvideor1.training.sequences import ForwardContext, RolloutBatch, forward_logprobs, pass_micro_batches
@@ -129,6 +130,8 @@ def policy_update(model, optimizer: torch.optim.Optimizer, batch: RolloutBatch, 
     mismatch = MismatchMetrics()
     known = batch.behaviour_known()  # [N, T]
     modalities = [batch.prompts[g].modality for g in batch.group_ids.tolist()]
+    moe = ctx.router_shape is not None
+    routing, aux_coef = RouterStats(), aux_loss_coef(algo.router_aux_loss_coef, model) if moe else 0.0
     for epoch in range(ppo_epochs):
         for mini in mini_batches(batch, n_mini, generator):
             micros = pass_micro_batches(batch, mini, ctx)
@@ -136,6 +139,7 @@ def policy_update(model, optimizer: torch.optim.Optimizer, batch: RolloutBatch, 
             normalizer = loss_normalizer([batch.response_mask[m.indices] for m in micros if not m.filler],
                                          algo.loss_agg_mode, max_len=max_len, all_reduce=distributed.is_distributed())
             optimizer.zero_grad(set_to_none=True)
+            mini_tokens = max(1, sum(int(batch.response_mask[m.indices].sum()) for m in micros if not m.filler))
             for mb in micros:
                 idx = mb.indices
                 logp, ent, full_kl = forward_logprobs(model, batch, idx, ctx, with_entropy=need_entropy,
@@ -158,10 +162,19 @@ def policy_update(model, optimizer: torch.optim.Optimizer, batch: RolloutBatch, 
                     rollout_weights=corr.weights,
                 )
                 loss, metrics = POLICY_LOSSES[algo.policy_loss](inputs, algo, normalizer, kl_coef=kl_coef)
+                aux = aux_loss(model) if moe else None
+                if aux is not None:  # load balancing: the micro-batch's aux loss weighted by its share of the tokens
+                    if aux_coef > 0:
+                        loss = loss + aux_coef * aux * (int(mask.sum()) / mini_tokens)
+                    if not mb.filler:
+                        router_stats(model, routing).aux.append(float(aux.detach()))
                 if mb.filler:  # the other ranks' collectives, no gradient
                     (loss * 0.0).backward()
+                    release(model)
                     continue
                 loss.backward()
+                if moe:
+                    release(model)  # the routes served the backward's recompute; no later forward takes them
                 stats.add_micro(metrics, int(mask.sum()))
                 if epoch == 0:
                     mismatch.add([modalities[i] for i in idx], mismatch_row_stats(corr).cpu())
@@ -177,4 +190,13 @@ def policy_update(model, optimizer: torch.optim.Optimizer, batch: RolloutBatch, 
             # through the weight sync and the next rollout (4 GB per rank for 8B on 8 ranks)
             optimizer.zero_grad(set_to_none=True)
             stats.add_step(grad_norm)
-    return stats.result() | mismatch.result() | balance_metrics(planned)
+    return stats.result() | mismatch.result() | balance_metrics(planned) | (moe_metrics(routing) if moe else {})
+
+
+def moe_metrics(routing: RouterStats) -> dict[str, float]:
+    """`RouterStats.metrics` over every rank (one all-reduce)."""
+    sums = distributed.all_reduce_floats([routing.agreed, routing.replayed, routing.cv_sum, float(routing.layers),
+                                          sum(routing.aux), float(len(routing.aux))])
+    total = RouterStats(sums[0], sums[1], sums[2], int(sums[3]))
+    total.aux = [sums[4] / sums[5]] if sums[5] else []
+    return total.metrics()
