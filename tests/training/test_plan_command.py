@@ -152,3 +152,86 @@ def test_bad_argument_is_one_line(capsys, argv, needle):
     assert code == 2 and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1 and err.startswith("easyvideor1 plan:"), err
     assert needle in err
+
+
+# Qwen3-VL-30B-A3B by hand (its config.json: text hidden 2048, 48 layers, 32/4 heads of 128, 128 experts
+# of width 768, top-8, vocab 151936, untied; Qwen3-VL's vision tower with out_hidden 2048).
+E, K, H, I, L, V = 128, 8, 2048, 768, 48, 151936
+EXPERTS = E * (2 * I * H + H * I)  # gate_up_proj [E, 2I, H] + down_proj [E, H, I] of one layer
+ATTENTION = H * 32 * 128 + 2 * H * 4 * 128 + 32 * 128 * H + 2 * 128  # q, k, v, o, q/k norms
+LAYER = ATTENTION + E * H + EXPERTS + 2 * H  # + router [E, H], the two RMSNorms
+VISION_BLOCK = 4 * 1152 + (1152 * 3456 + 3456) + (1152 * 1152 + 1152) + (1152 * 4304 + 4304) + (4304 * 1152 + 1152)
+MERGER = (4608 * 4608 + 4608) + (4608 * 2048 + 2048)  # 2 x 2 patches of 1152 -> 2048
+VISION = (27 * VISION_BLOCK + 3 * 2 * 16 * 16 * 1152 + 1152 + 2304 * 1152  # blocks, patch embedding, positions
+          + MERGER + 2 * 1152 + 3 * (MERGER + 2 * 4608))  # merger (norm of 1152), 3 deepstack mergers (norm of 4608)
+
+
+def test_the_30b_a3b_shape_counts_its_experts_as_a_hand_count():
+    s = read_shape("Qwen3-VL-30B-A3B-Instruct")  # the built-in table: no weights on disk
+    assert (s.experts, s.top_k, s.expert_intermediate, s.shared_intermediate, s.sparse_layers) == (E, K, I, 0, L)
+    assert s.vision_parameters == VISION == 538_631_408
+    assert s.parameters == L * LAYER + 2 * V * H + H + VISION == 31_070_754_032  # "31B"
+    assert s.expert_parameters == L * EXPERTS == 28_991_029_248
+    assert s.largest_unit == LAYER and s.unit_experts == EXPERTS  # FSDP2 gathers a layer with all 128 experts
+    assert s.active_parameters == L * (LAYER - EXPERTS + K * EXPERTS // E) + 2 * V * H + H  # Qwen's "A3B": 3.35B
+    assert s.intermediate == K * I  # the MLP width a token passes through
+
+
+def _rows(out: str) -> dict[str, float]:
+    return {line[2:24].strip(): float(line[24:32]) for line in out.splitlines() if line.startswith("  ") and
+            line[24:32].strip().replace(".", "").isdigit()}
+
+
+def test_the_shipped_30b_a3b_config_loads_and_fits_8_gpus_of_80_gib_with_its_experts_gathered(capsys):
+    cfg = load_config(str(CONFIGS / "qwen3_vl_30b_a3b_8gpu.yaml"))  # the prompt-budget check included
+    assert cfg.vision.family == "qwen3_vl_moe" and cfg.model.path.endswith("Qwen3-VL-30B-A3B-Instruct")
+    code, out, _ = _plan(capsys, str(CONFIGS / "qwen3_vl_30b_a3b_8gpu.yaml"), "--gpus", "8", "--gpu-memory-gib", "80")
+    assert code == 0 and "built-in table: Qwen3-VL-30B-A3B-Instruct" in out
+    assert "48 MoE layers of 128 experts of width 768, top-8: 28.99B in experts, 3.35B" in out
+    rows = _rows(out)
+    # bf16: the layer computed, the next one prefetched and the gradient, each with its 128 experts
+    assert rows["expert unit gathered"] == pytest.approx(3 * 2 * EXPERTS / GIB, abs=0.01)  # 3.38 GiB
+    assert rows["FSDP buffers"] == pytest.approx(3 * 2 * (LAYER - EXPERTS) / GIB, abs=0.01)
+    p = L * LAYER + 2 * V * H + H + VISION
+    assert rows["parameters"] == pytest.approx(4 * p / 8 / GIB, abs=0.01)  # every expert's float32 shard
+    assert rows["optimizer states"] == pytest.approx(8 * p / 8 / GIB, abs=0.01)
+    assert rows["update peak"] == pytest.approx(sum(rows[r] for r in (
+        "parameters", "gradients", "optimizer states", "FSDP buffers", "expert unit gathered", "root unit",
+        "reference model", "activations", "vLLM during update", "runtime"))
+        + max(rows["layer backward"], rows["logits chunk"]), abs=0.03)
+    assert f"(weights {2 * p / 4 / GIB:.1f}," in out  # vLLM holds all experts, over 4 tensor-parallel ranks
+    assert "verdict: fits" in out
+
+
+def test_one_vllm_engine_per_gpu_cannot_hold_the_30b_a3b_experts_and_the_plan_says_what_to_change(capsys):
+    code, out, _ = _plan(capsys, str(CONFIGS / "qwen3_vl_30b_a3b_8gpu.yaml"), "rollout.tensor_parallel_size=1",
+                         "rollout.gpu_memory_utilization=0.6")
+    assert code == 0 and f"(weights {2 * (L * LAYER + 2 * V * H + H + VISION) / GIB:.1f}," in out and "): short" in out
+    assert "verdict: does not fit: the rollout needs" in out
+    assert "change first: rollout.tensor_parallel_size=2 rollout.gpu_memory_utilization=0.40" in out
+    code, out, _ = _plan(capsys, str(CONFIGS / "qwen3_vl_30b_a3b_8gpu.yaml"), "rollout.tensor_parallel_size=2",
+                         "rollout.gpu_memory_utilization=0.40")
+    assert code == 0 and "verdict: fits" in out
+
+
+@pytest.mark.parametrize("family", ["qwen3_vl_moe", "qwen3_5_moe"])
+def test_a_tiny_moe_models_plan_counts_every_parameter_of_the_built_model(tmp_path, family):
+    """The plan's counts of a tiny MoE model written to disk equal its tensors: all parameters, the
+    routed experts (gate_up_proj, down_proj) and, in Qwen3.5-MoE, the shared expert beside them."""
+    from transformers import AutoModelForImageTextToText
+
+    folder = build_tiny_model(family, tmp_path / family, seed=0)
+    model = AutoModelForImageTextToText.from_pretrained(folder)
+    s = read_shape(str(folder))
+    assert s.parameters == sum(p.numel() for p in model.parameters())
+    experts = [p for name, p in model.named_parameters() if ".mlp.experts." in name]
+    assert s.expert_parameters == sum(p.numel() for p in experts) > 0
+    E_, two_i, H_ = experts[0].shape  # gate_up_proj [E, 2I, H]
+    assert (s.experts, s.expert_intermediate, s.hidden) == (E_, two_i // 2, H_)
+    text = model.config.get_text_config()
+    assert s.top_k == text.num_experts_per_tok < s.experts
+    shared = [p for name, p in model.named_parameters() if ".mlp.shared_expert.gate_proj." in name]
+    assert s.shared_intermediate == (shared[0].shape[0] if shared else 0) and bool(shared) == (family == "qwen3_5_moe")
+    language = sum(p.numel() for name, p in model.named_parameters() if ".visual." not in f".{name}")
+    unrouted = sum(p.numel() for p in experts) * (s.experts - s.top_k) // s.experts
+    assert s.active_parameters == language - unrouted < s.parameters - s.vision_parameters

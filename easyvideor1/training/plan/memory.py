@@ -6,7 +6,10 @@ State (exact counts from `plan.shapes`, FSDP2-sharded over every process):
 - gradients: float32 (FSDP2's reduce dtype), 4 bytes x trainable / gpus;
 - optimizer: AdamW's two float32 moments, 8 bytes x trainable / gpus (sgd: none);
 - FSDP buffers: the unit being computed and the prefetched next one, all-gathered in the compute
-  dtype, plus that unit's unsharded gradient: 3 x largest unit x compute bytes;
+  dtype, plus that unit's unsharded gradient: 3 x largest unit x compute bytes. A decoder layer is
+  one unit, so in a mixture-of-experts model the largest unit is a sparse layer with all its E
+  experts (E x 3HI parameters, whatever top-k a token uses): its experts are the row "expert unit
+  gathered" (3 x E x 3HI x compute bytes), the rest of it stays in "FSDP buffers";
 - reference (with a KL term, full fine-tuning): the compute dtype, sharded.
 
 Activations of one micro-batch's forward and backward, per token of its packed row (a row is the
@@ -21,11 +24,16 @@ key-value heads (found by recording autograd's saved tensors of the real transfo
   input (c h d), and the kernel's float32 log-sum-exp (4h); Qwen3's per-head q/k norms add their
   float32 input, 1/rms and output ((4 + c)(h + g)d + 4(h + g));
 - MLP: gate's output (SiLU's input), SiLU's output, up's output, and their product, down's input (4cI).
-So `layer = 2(4H + 4 + 2cH) + c(2h + 2g)d + 4h + 4cI` (+ the q/k norms). Once per row: RoPE's cos
+So `layer = 2(4H + 4 + 2cH) + c(2h + 2g)d + 4h + 4cI` (+ the q/k norms). A sparse MoE layer
+(`moe_bytes`) runs I = top-k x the expert width (+ the shared expert) per token and adds, per routed
+(token, expert), the gathered input and the weighted output (2cH), the routing weight and the index
+(c + 16), and per token the router's float32 probabilities and top-k (4E + 12k + 4); Qwen3.5-MoE's
+shared-expert gate adds its output and sigmoid (cH + 2c). Once per row: RoPE's cos
 and sin (2cd), the final norm (4H + 4 + cH), the token ids (8). With gradient checkpointing only
 each layer's input is kept (cH per layer). "Saved" is what forward keeps until backward; "layer
 backward" is what backward adds while it does one layer: that layer recomputed (checkpointing
-only) and the gradients of its MLP's intermediates (`BACKWARD_MLP` x cI).
+only) and the gradients of its MLP's intermediates (`BACKWARD_MLP` x cI; a MoE layer's also
+`BACKWARD_ROUTES` x k x cH, measured on CPU with and without checkpointing).
 
 The vision tower is counted the same way per patch (merge^2 patches per LLM vision token): norms
 (2(4W + 4 + 2cW)), qkv (3cW), q and k after RoPE (2cW), attention output and proj input (2cW), MLP
@@ -37,7 +45,8 @@ a time, checkpointed: its backward holds the float32 log-softmax, its gradient a
 float32 gradient (12V per row), plus in half precision that gradient cast back (cV); entropy adds
 8V. It runs before any layer's backward, so the peak counts the larger of it and "layer backward".
 
-vLLM (colocated): `rollout.gpu_memory_utilization` of the GPU while it generates; during the
+vLLM (colocated): `rollout.gpu_memory_utilization` of the GPU while it generates (its weights: all
+experts of an MoE model, split over `rollout.tensor_parallel_size`); during the
 update, with `rollout.sleep`, its weights sit in host memory and its KV cache is freed
 (`VLLM_ASLEEP_GIB` stays: CUDA graphs, its context), else it keeps its whole share.
 
@@ -58,6 +67,7 @@ from easyvideor1.training.recompute import gradient_checkpointing
 GIB = 2**30
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 BACKWARD_MLP = 2  # transient [tokens, I] tensors of the backward pass (gradients of gate/up outputs)
+BACKWARD_ROUTES = 3  # a MoE layer's [tokens x top-k, H] ones: gradients of weighted output, down output, gathered input
 RUNTIME_GIB = 2.0  # CUDA context, NCCL buffers and allocator slack per GPU
 VLLM_ASLEEP_GIB = 1.0  # what a sleeping colocated vLLM keeps (CUDA graphs, context)
 VLLM_PROFILE_TOKENS = 8192  # vLLM's profile forward: its default chunked-prefill batch (max_num_batched_tokens)
@@ -181,7 +191,16 @@ def layer_bytes(s: ModelShape, c: int) -> float:
     norms = 2 * (4 * H + 4 + 2 * c * H)
     attention = c * (2 * h + 2 * g) * d + 4 * h
     qk_norm = ((4 + c) * (h + g) * d + 4 * (h + g)) if s.qk_norm else 0
-    return norms + attention + qk_norm + 4 * c * s.intermediate
+    return norms + attention + qk_norm + 4 * c * s.intermediate + moe_bytes(s, c)
+
+
+def moe_bytes(s: ModelShape, c: int) -> float:
+    """Bytes a sparse MoE layer saves per token besides its experts' MLPs (module docstring; 0: dense)."""
+    if not s.experts:
+        return 0
+    k, H = s.top_k, s.hidden
+    shared_gate = c * H + 2 * c if s.shared_intermediate else 0
+    return k * (2 * c * H + c + 16) + 4 * s.experts + 12 * k + 4 + shared_gate
 
 
 def row_bytes(s: ModelShape, c: int) -> float:
@@ -207,7 +226,8 @@ def text_activations(s: ModelShape, c: int, tokens: int, checkpointing: bool) ->
     until backward, and what backward adds while one layer is done (recomputed with checkpointing)."""
     layer = layer_bytes(s, c)
     saved = s.layers * (c * s.hidden if checkpointing else layer) + row_bytes(s, c)
-    working = (layer if checkpointing else 0) + BACKWARD_MLP * c * s.intermediate
+    working = ((layer if checkpointing else 0) + BACKWARD_MLP * c * s.intermediate
+               + BACKWARD_ROUTES * s.top_k * c * s.hidden)
     return tokens * saved, tokens * working
 
 
@@ -257,7 +277,9 @@ def plan_memory(s: ModelShape, w: Workload) -> Plan:
     else:
         params = (4 * (train + frozen)) / gpus
     grads, optim = 4 * train / gpus, (8 * train / gpus if w.adam else 0.0)
-    gather = 3 * s.largest_unit * c if gpus > 1 or c != 4 else 0.0
+    gathered = gpus > 1 or c != 4
+    gather = 3 * (s.largest_unit - s.unit_experts) * c if gathered else 0.0
+    experts = 3 * s.unit_experts * c if gathered else 0.0
     reference = c * s.parameters / gpus if w.reference and not w.lora_rank else 0.0
     tokens, prompts, responses = row_shape(w)
     per_gpu = -(-tokens // k)
@@ -281,13 +303,14 @@ def plan_memory(s: ModelShape, w: Workload) -> Plan:
     temporaries = 4 * train / gpus if w.adam else 0.0  # AdamW's sqrt(v) / bias correction, one float32 copy
     saved, working = act[w.checkpointing]
     rows = (("parameters", params), ("gradients", grads), ("optimizer states", optim), ("FSDP buffers", gather),
-            ("root unit", root), ("reference model", reference), ("activations", saved),
+            *((("expert unit gathered", experts),) if s.experts else ()), ("root unit", root),
+            ("reference model", reference), ("activations", saved),
             ("layer backward", working), ("logits chunk", logits), ("AdamW step temporaries", temporaries),
             ("vLLM during update", vllm_update), ("vLLM during rollout", vllm_rollout),
             ("HF engine (gathered)", hf_engine), ("runtime", runtime))
     # a layer's backward and the head's chunk never run at once: the larger of the two counts
-    update = (params + grads + optim + gather + root + reference + saved + max(working, logits) + vllm_update
-              + runtime)
+    update = (params + grads + optim + gather + experts + root + reference + saved + max(working, logits)
+              + vllm_update + runtime)
     step = params + grads + optim + temporaries + vllm_update + runtime  # activations freed before the step
     rollout = params + optim + reference + vllm_rollout + hf_engine + runtime  # gradients freed after the step
     needs = vllm_minimum(s, w) if w.vllm else 0.0
@@ -368,6 +391,8 @@ def advice(s: ModelShape, w: Workload) -> list[str]:
                 if share >= least and fits(vllm_share=share):
                     out.append(f"rollout.gpu_memory_utilization={share:.2f}")
                     break
+        if w.vllm and not w.rollout_processes:
+            out += _tensor_parallel(s, w)
         if w.chunk > 128 and fits(chunk=w.chunk // 4):
             out.append(f"training.logprob_chunk_size={w.chunk // 4}")
         if not w.freeze_vision and not w.lora_rank and fits(freeze_vision=True):
@@ -375,6 +400,17 @@ def advice(s: ModelShape, w: Workload) -> list[str]:
         if not out:  # no single change is enough: the same ones together, in this order, until it fits
             out.append(_together(s, w))
     return out
+
+
+def _tensor_parallel(s: ModelShape, w: Workload) -> list[str]:
+    """The least `rollout.tensor_parallel_size` that, with the share nearest the current one that holds
+    vLLM's slice of the weights, makes the plan fit (an MoE model's experts are most of vLLM's need)."""
+    for t in (t for t in range(w.tensor_parallel + 1, w.gpus + 1) if w.gpus % t == 0 and s.heads % t == 0):
+        least = vllm_minimum(s, replace(w, tensor_parallel=t)) / (w.gpu_gib * GIB)
+        for share in sorted((x / 20 for x in range(1, 20) if x / 20 >= least), key=lambda x: abs(x - w.vllm_share)):
+            if plan_memory(s, replace(w, tensor_parallel=t, vllm_share=share)).fits:
+                return [f"rollout.tensor_parallel_size={t} rollout.gpu_memory_utilization={share:.2f}"]
+    return []
 
 
 def _together(s: ModelShape, w: Workload) -> str:
@@ -439,7 +475,11 @@ def render_plan(s: ModelShape, w: Workload, p: Plan, fixes: list[str]) -> str:
     gib = lambda b: f"{b / GIB:8.2f}"  # noqa: E731
     tokens, prompts, responses = row_shape(w)
     lines = [f"model: {s.source}: {s.parameters / 1e9:.2f}B parameters ({s.vision_parameters / 1e9:.2f}B vision), "
-             f"{s.layers} layers, hidden {s.hidden}, {s.heads}/{s.kv_heads} heads, vocab {s.vocab}",
+             f"{s.layers} layers, hidden {s.hidden}, {s.heads}/{s.kv_heads} heads, vocab {s.vocab}"
+             + (f"; {s.sparse_layers} MoE layers of {s.experts} experts of width {s.expert_intermediate}, top-{s.top_k}"
+                f"{f' + a shared expert of {s.shared_intermediate}' if s.shared_intermediate else ''}: "
+                f"{s.expert_parameters / 1e9:.2f}B in experts, {s.active_parameters / 1e9:.2f}B language-model "
+                f"parameters active per token" if s.experts else ""),
              f"micro-batch row: {tokens} tokens ({prompts} prompt(s) of {w.prompt_tokens}, {w.vision_tokens} of them "
              f"vision, + {responses} response tokens), {p.tokens} per GPU at sequence parallel {w.sequence_parallel}",
              f"per GPU, {w.gpus} GPUs of {w.gpu_gib:g} GiB:", f"  {'what':<22}{'GiB':>8}"]
@@ -447,6 +487,10 @@ def render_plan(s: ModelShape, w: Workload, p: Plan, fixes: list[str]) -> str:
         if name == "activations":
             lines.append(f"  {name:<22}{gib(value)}   (saved for backward; with the layer backward below, gradient "
                          f"checkpointing on {p.activations[True] / GIB:.2f}, off {p.activations[False] / GIB:.2f})")
+        elif name == "expert unit gathered":
+            lines.append(f"  {name:<22}{gib(value)}   (a MoE layer's {s.experts} experts, {s.unit_experts / 1e6:.0f}M "
+                         f"parameters: {value / 3 / GIB:.2f} GiB each for the layer computed, the next one prefetched "
+                         f"and the gradient)")
         elif name == "logits chunk":
             lines.append(f"  {name:<22}{gib(value)}   (runs apart from a layer's backward: the larger counts)")
         else:
