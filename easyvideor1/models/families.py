@@ -56,10 +56,11 @@ class Family:
     default_system_prompt: str | None
     """System message the official chat template inserts when the conversation has none."""
     padding_free: bool
-    """The text model honours packed sequences (position-id restarts, no attention mask).
-    Qwen3.5's linear-attention layers carry state across packed sequences on CPU/eager."""
+    """The text model runs packed rows exactly (`models.packing`, `models.linear_attention`)."""
     moe: bool = False
-    """The language model's MLPs are sparse mixture-of-experts blocks (a router picks top-k experts)."""
+    """The language model's MLPs are sparse mixture-of-experts blocks (a router picks top-k experts).
+    FSDP2 keeps a layer's experts in its unit (`training.fsdp`); LoRA leaves experts and gates
+    frozen (`models.lora.GATES`); the vLLM engine's weight sync refuses them (`rollout.vllm_engine`)."""
 
     @property
     def grid_factor(self) -> int:
@@ -134,7 +135,7 @@ MODEL_FAMILIES: dict[str, Family] = {
         timestamps="frame_text",
         requires_mm_token_type_ids=True,
         default_system_prompt=None,
-        padding_free=False,
+        padding_free=True,  # its linear-attention layers restart per block (models.linear_attention)
     ),
 }
 

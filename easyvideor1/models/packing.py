@@ -21,9 +21,9 @@ Row 0, the text positions transformers reads only to build a mask, counts 0..L-1
 row, so transformers sees one unpadded sequence and builds no [L, L] mask (attention is
 separated by `packing`, not by a mask).
 
-Which families: those whose language model is attention only (`Family.padding_free`). Qwen3.5's
-linear-attention layers carry a recurrent state along the row from one sequence into the next;
-transformers' CPU kernel for them takes no sequence bounds, so Qwen3.5 stays padded.
+Which families: `Family.padding_free`. Qwen3.5's linear-attention (Gated DeltaNet) layers would
+carry a recurrent state from one sequence into the next; `use_packed_attention` also gives them a
+forward that restarts at each block (`models.linear_attention`).
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from easyvideor1.models import fused_attention as fused
+from easyvideor1.models.linear_attention import linear_attention_blocker, use_packed_linear_attention
 
 PACKED_ATTENTION = "easyvideor1_packed"
 """The language model's attention implementation while packed rows are used."""
@@ -187,9 +188,11 @@ def language_attention(model) -> str | None:
 
 
 def use_packed_attention(model) -> None:
-    """Give `model`'s language model `packed_attention` (its vision tower keeps its own)."""
+    """Give `model`'s language model `packed_attention` (its vision tower keeps its own), and its
+    linear-attention layers, if any, their packing-aware forward (`models.linear_attention`)."""
     if language_attention(model) != PACKED_ATTENTION:
         model.set_attn_implementation({"text_config": PACKED_ATTENTION})
+    use_packed_linear_attention(model)
 
 
 def packing_blocker(config) -> str | None:
@@ -200,8 +203,8 @@ def packing_blocker(config) -> str | None:
         return (f"attention implementation {attn!r}: packed rows replace SDPA or flash-attention only "
                 "(set model.attn_implementation: sdpa)")
     kinds = set(getattr(text, "layer_types", None) or ())
-    if "linear_attention" in kinds:
-        return "linear-attention (recurrent) layers would carry one sequence's state into the next"
-    if kinds - {"full_attention"} or getattr(text, "use_sliding_window", False):
+    if (why := linear_attention_blocker(config)) is not None:
+        return why
+    if kinds - {"full_attention", "linear_attention"} or getattr(text, "use_sliding_window", False):
         return f"layer types {sorted(kinds)} / sliding window: packed attention is full attention per block"
     return None

@@ -16,6 +16,9 @@ are those of the unshared sequence up to float summation order. The first token 
 previous response's (`Batch.predict_from`). In the update the prompt's activations receive the
 summed gradient of the group's responses through the same autograd graph.
 
+Linear-attention layers (Qwen3.5's Gated DeltaNet, `models.linear_attention`) run the prompt once
+and each response from the prompt's final recurrent state and last conv inputs.
+
 Why one row, not a key/value cache expanded over the responses: the row is one ordinary
 forward, so gradient checkpointing, FSDP2 (the same collectives as the plain path), the
 vision tower and Qwen3-VL's deepstack need nothing new, and it is the same packed layout that
@@ -23,9 +26,9 @@ padding-free batches use. HF drops the cache under gradient checkpointing, and i
 continuation from a cache is not differentiable through Qwen3.5's linear-attention state.
 
 Where it cannot be exact the trainer falls back to one sequence per response
-(`shared_prefix_blocker`): recurrent (linear-attention) layers would carry one response's state
-into the next, sliding-window layers are not full attention, and the language model's attention
-must be one `packed_attention` replaces (SDPA or flash-attention; eager is refused).
+(`shared_prefix_blocker`): linear-attention layers other than Qwen3.5's, sliding-window layers
+(not full attention), and language-model attention that `packed_attention` does not replace
+(SDPA or flash-attention; eager is refused).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ import torch.nn.functional as F
 from easyvideor1.models.collate import Batch, _cat, _dummy_pixels, _dummy_rows, _pack, _pad
 from easyvideor1.models.families import Family
 from easyvideor1.models.inputs import ModelInputs, check_placeholders
+from easyvideor1.models.linear_attention import linear_attention_blocker
 from easyvideor1.models.mrope import MRopeSpec, extend_positions
 from easyvideor1.models.packing import PACKED_ATTENTION, Packing, PaddedRows
 from easyvideor1.models.ulysses import ULYSSES_ATTENTION
@@ -63,10 +67,9 @@ def shared_prefix_blocker(config) -> str | None:
         return (f"attention implementation {attn!r} is not one packed attention replaces "
                 f"(shared prefix needs one of {', '.join(SHARED_ATTENTION)})")
     kinds = set(getattr(text, "layer_types", None) or ())
-    if "linear_attention" in kinds:
-        return ("the model has linear-attention (recurrent) layers: in one row a response would see the "
-                "previous response's state")
-    if kinds - {"full_attention"} or getattr(text, "use_sliding_window", False):
+    if (why := linear_attention_blocker(config)) is not None:
+        return why
+    if kinds - {"full_attention", "linear_attention"} or getattr(text, "use_sliding_window", False):
         return f"layer types {sorted(kinds)} / sliding window: group rows need full attention in every layer"
     return None
 

@@ -54,6 +54,8 @@ def sequence_parallel_blocker(config, k: int) -> str | None:
     """Why a model with HF `config` cannot split its rows over k ranks, or None."""
     text = config.get_text_config()
     why = packing_blocker(config)
+    if why is None and "linear_attention" in (getattr(text, "layer_types", None) or ()):
+        return "sequence parallelism for linear-attention layers: not yet"
     if why is not None:
         return f"sequence parallelism splits packed rows, and this model cannot pack: {why}"
     if text.num_attention_heads % k:

@@ -6,7 +6,8 @@ reference and full-KL passes and the update call); the batch of `test_shared_pre
 image, text and video+image prompts, groups of unequal size, responses of unequal length, one
 empty). Micro-batches of 2 (video only, image + text, text only: both dummies), 3 (groups cut
 across micro-batches) and 10 (everything in one row), with the group-shared prefix off and on.
-Qwen3.5 cannot pack (linear attention): the blocker says why and the collate refuses.
+Qwen3.5's linear-attention layers restart per block (`models.linear_attention`; its own tests:
+test_linear_attention.py).
 """
 
 from __future__ import annotations
@@ -62,26 +63,9 @@ def _pass(model, tiny, batch, packed: bool, micro: int, shared: bool = False, gr
 
 
 def _packable(tiny) -> None:
-    """Skip Qwen3.5 after checking why it cannot pack (what the trainer logs when it falls back)."""
-    blocked = packing_blocker(tiny.model.config)
-    if tiny.family.padding_free:
-        assert blocked is None, blocked
-        use_packed_attention(tiny.model)  # padded calls still get SDPA (models.packing)
-        return
-    assert tiny.family.name == "qwen3_5" and "linear-attention" in blocked, blocked
-    pytest.skip(f"{tiny.family.name} does not pack: {blocked}")
-
-
-@pytest.mark.parametrize("tiny", ["qwen3_5"], indirect=True)  # only Qwen3.5 has linear-attention layers
-def test_qwen3_5_cannot_pack(tiny):
-    """The one family that cannot: the blocker names the recurrent layers; packing is refused
-    by the collate and by the log-prob pass rather than computed wrong."""
-    assert tiny.family.name == "qwen3_5" and not tiny.family.padding_free
-    assert "linear-attention" in packing_blocker(tiny.model.config)
-    batch = _batch(tiny)
-    for shared in (False, True):
-        with pytest.raises(ValueError, match="qwen3_5 does not support padding-free"):
-            forward_logprobs(tiny.model, batch, [0, 1], _ctx(tiny, True, 2, shared))
+    """Every family packs (Qwen3.5's linear-attention layers too): put the model on packed attention."""
+    assert tiny.family.padding_free and packing_blocker(tiny.model.config) is None
+    use_packed_attention(tiny.model)  # padded calls still get SDPA (models.packing)
 
 
 @pytest.mark.parametrize("shared", [False, True], ids=["plain", "shared"])
@@ -200,7 +184,8 @@ def test_lora_policy_and_its_reference_view_pack(tiny, tiny_dirs):
     padded_lp, _, padded_kl, padded_g = _pass(model, tiny, batch, False, 3, grad=True, reference=view)
     packed_lp, _, packed_kl, packed_g = _pass(model, tiny, batch, True, 3, grad=True, reference=view)
     assert (padded_lp - packed_lp)[mask].abs().max() <= LOGPROB_TOL
-    assert padded_kl[mask].max() > 1e-2 and (padded_kl - packed_kl)[mask].abs().max() <= LOGPROB_TOL
+    # the adapters move the KL far past the tolerance (~8e-3 on the MoE models, whose experts take none)
+    assert padded_kl[mask].max() > 5e-3 and (padded_kl - packed_kl)[mask].abs().max() <= LOGPROB_TOL
     assert set(padded_g) == set(packed_g) and all("lora_" in n for n in padded_g)
     for name, grad in padded_g.items():
         torch.testing.assert_close(packed_g[name], grad, rtol=GRAD_RTOL, atol=GRAD_ATOL, msg=lambda m: f"{name}: {m}")

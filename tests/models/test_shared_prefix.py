@@ -4,8 +4,8 @@ response token's log-prob, entropy and gradient equal those of its own prompt + 
 Tiny models of every family, float32; a batch that mixes video, image, video+image and text
 prompts (so the dummy vision block is exercised by micro-batches that lack a modality), groups of
 unequal size with responses of unequal length (one empty, as in padding groups), and a
-micro-batch split that cuts a group. Qwen3.5 (linear attention) cannot share: the blocker says
-why and the trainer falls back to the plain path, checked here too.
+micro-batch split that cuts a group. Qwen3.5's linear-attention layers run each response from its
+prompt's state (`models.linear_attention`; its own tests: test_linear_attention.py).
 """
 
 from __future__ import annotations
@@ -90,22 +90,14 @@ def test_logprobs_equal_the_plain_path(tiny, micro):
     mask = batch.response_mask
     assert mask.sum() > 20 and plain.abs().max() > 1
     diff = (plain - shared)[mask].abs().max()
-    blocked = shared_prefix_blocker(tiny.model.config)
-    if blocked is None:
-        assert diff <= LOGPROB_TOL, f"{tiny.family.name}: max |logp diff| {diff:.2e}"
-        assert (plain_ent - shared_ent)[mask].abs().max() <= LOGPROB_TOL
-    else:  # linear attention: a response would see another's state; the trainer never shares it
-        assert tiny.family.name == "qwen3_5" and "linear-attention" in blocked
-        assert diff > 1e-3
+    assert shared_prefix_blocker(tiny.model.config) is None
+    assert diff <= LOGPROB_TOL, f"{tiny.family.name}: max |logp diff| {diff:.2e}"
+    assert (plain_ent - shared_ent)[mask].abs().max() <= LOGPROB_TOL
 
 
 def _shares(tiny) -> None:
-    """Skip Qwen3.5 after checking why it cannot share (what the trainer logs when it falls back)."""
-    blocked = shared_prefix_blocker(tiny.model.config)
-    if blocked is None:
-        return
-    assert tiny.family.name == "qwen3_5" and "linear-attention" in blocked, blocked
-    pytest.skip(f"{tiny.family.name} does not share: {blocked}")
+    """Every family shares exactly (Qwen3.5's linear-attention layers too)."""
+    assert shared_prefix_blocker(tiny.model.config) is None
 
 
 def test_gradients_equal_the_plain_path(tiny):

@@ -1,5 +1,5 @@
 """`training.padding_free` on and off: 5 real training steps end with the same parameters; the
-set-up says which path it took, and falls back to padded rows for Qwen3.5.
+set-up says which path it took (Qwen3.5 packs too: tests/training/test_linear_attention_training.py).
 
 Tiny Qwen2.5-VL, the HF engine generating with the very model that trains on packed rows, prompts
 mixing video, image and text, hybrid groups, two mini-batches per step (so the old log-prob pass
@@ -18,7 +18,6 @@ import torch
 
 from easyvideor1.config import load_config
 from easyvideor1.models.packing import PACKED_ATTENTION, language_attention
-from easyvideor1.models.tiny import build_tiny_model
 from easyvideor1.training.setup import build_run
 from easyvideor1.training.trainer import train
 from test_distributed import write_config
@@ -66,20 +65,3 @@ def test_five_steps_packed_equal_padded(data, caplog):  # noqa: F811
         # attending to its neighbour moves log-probs by ~0.1 and the first step's update visibly.
         torch.testing.assert_close(packed[name], p, rtol=1e-4, atol=1e-5, msg=lambda m: f"{name}: {m}")
     assert len(moved) > len(padded) // 2 and any("visual" in n for n in moved)
-
-
-def test_qwen3_5_falls_back_to_padded_rows(tmp_path, data, caplog):  # noqa: F811
-    """Linear-attention layers would carry one sequence's state into the next: the set-up says
-    so, once, and the run keeps padded rows and plain SDPA."""
-    root, _, path = data
-    model = build_tiny_model("qwen3_5", tmp_path / "qwen3_5", seed=0)
-    cfg = load_config(str(write_config(tmp_path, model, path, tmp_path / "out", vision={
-        "family": "qwen3_5", "max_frames": 8, "video_min_pixels": 4096, "video_max_pixels": 16384,
-        "image_min_pixels": 4096, "image_max_pixels": 16384})))
-    assert cfg.training.padding_free  # the default
-    with caplog.at_level(logging.INFO, logger="easyvideor1.training.setup"):
-        run = build_run(cfg)
-    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith(LINE)]
-    assert len(lines) == 1 and lines[0].startswith(LINE + "off, padded instead: "), lines
-    assert "linear-attention" in lines[0]
-    assert not run.ctx.padding_free and language_attention(run.model) == "sdpa"
