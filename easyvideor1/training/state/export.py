@@ -1,6 +1,8 @@
 """Export the trained policy as an HF-format folder (`from_pretrained` and vLLM load it), and a
 LoRA policy also as a PEFT adapter folder: at the end of training (`export_hf`,
 `export_adapter` on a `Run`) or from a checkpoint (`export_checkpoint`, the `export` command).
+The MoE families' routed experts are written in the released checkpoints' layout
+(`models.expert_layout`), the one vLLM loads; transformers loads it too.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import torch
 from easyvideor1 import distributed
 from easyvideor1.config import Config
 from easyvideor1.models import model_settings
+from easyvideor1.models.expert_layout import released_tensors
+from easyvideor1.models.families import family_of
 from easyvideor1.models.loading import load_policy, load_processor, resolve_dtype
 from easyvideor1.models.lora import apply_lora, has_adapters, merged_state_items, save_adapter, trainable_state
 from easyvideor1.training.run import Run
@@ -77,6 +81,7 @@ def write_hf(model, processor, dtype: str, out_dir: str | Path, shard_bytes: int
     dt = resolve_dtype(dtype)
     rank0 = distributed.rank() == 0
     skeleton = _skeleton(model)
+    family = family_of(model.config)
     owners: dict[int, list[str]] = {}  # a tied pair (one process) is written once, as from_pretrained reads it
     for name, p in model.named_parameters(remove_duplicate=False):
         owners.setdefault(id(p), []).append(name)
@@ -86,7 +91,8 @@ def write_hf(model, processor, dtype: str, out_dir: str | Path, shard_bytes: int
     for name, tensor in merged_state_items(model) if adapted else _gathered(model):
         if writer is not None and name not in skip:
             for on_disk, part in _on_disk(skeleton, disk, name, tensor.cpu()):
-                writer.add(on_disk, part.to(dt) if part.is_floating_point() else part)
+                for released, piece in released_tensors(family, on_disk, part):
+                    writer.add(released, piece.to(dt) if piece.is_floating_point() else piece)
         del tensor
     if writer is None:
         return None
