@@ -1,4 +1,5 @@
-"""Rollout routing replay (R3, `models.routing`) on the tiny qwen3_vl_moe (4 experts, top-2), float32.
+"""Rollout routing replay (R3, `models.routing`) on the tiny qwen3_vl_moe and qwen3_5_moe (4 experts,
+top-2; Qwen3.5-MoE's `Qwen3_5MoeTopKRouter` beside its gated shared expert and Gated DeltaNet layers), float32.
 
 The engine side is a copy of the model whose routers pick their top-k from noisy logits
 (`perturb_selection`): engine and trainer then differ in routing only, as bf16 kernels flipping
@@ -41,11 +42,12 @@ from easyvideor1.training.sequences import ForwardContext, all_logprobs, forward
 
 PARITY = 1e-4  # the dense families' engine vs trainer log-prob bound (test_hf_engine.py)
 NOISE = 0.05  # selection noise on the engine's router logits: ~18% of (token, layer) routes differ
+MOE = ("qwen3_vl_moe", "qwen3_5_moe")  # the routers replayed: Qwen3VLMoeTextTopKRouter, Qwen3_5MoeTopKRouter
 
 
 class Moe:
-    def __init__(self, path):
-        self.family = get_family("qwen3_vl_moe")
+    def __init__(self, path, family="qwen3_vl_moe"):
+        self.family = get_family(family)
         self.model = load_policy(path, dtype="float32").eval()
         self.processor = load_processor(path)
         self.spec = mrope_spec(self.model.config)
@@ -86,9 +88,9 @@ class Moe:
         return make_batch(prompts, groups)
 
 
-@pytest.fixture(scope="module")
-def moe(tmp_path_factory):
-    return Moe(build_tiny_model("qwen3_vl_moe", tmp_path_factory.mktemp("moe") / "m", seed=0))
+@pytest.fixture(scope="module", params=MOE)
+def moe(request, tmp_path_factory):
+    return Moe(build_tiny_model(request.param, tmp_path_factory.mktemp("moe") / "m", seed=0), request.param)
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,7 @@
 """The mixture-of-experts families (qwen3_vl_moe, qwen3_5_moe) through the trainer: two real steps
 with the HF engine, export, and an evaluation of the exported folder; FSDP2 on two processes
-equal to one; LoRA that touches no expert. Tiny models from `build_tiny_model` (4 experts, top-2,
+equal to one; LoRA that touches no expert; checkpoints that resume exactly (and from 2 processes on
+1); a run from the frame cache equal to decoding. Tiny models from `build_tiny_model` (4 experts, top-2,
 every layer sparse), videos from `write_suite`, float32 as the dense families' runs."""
 
 import json
@@ -12,12 +13,14 @@ import torch
 from safetensors.torch import load_file
 
 from easyvideor1.config import load_config
+from easyvideor1.data.loading import load_samples
 from easyvideor1.evaluation.evaluator import EvalOptions, Evaluator
 from easyvideor1.evaluation.settings import DecodingSettings
 from easyvideor1.models.tiny import build_tiny_model
 from easyvideor1.training.setup import build_run
 from easyvideor1.training.state.export import export_model
 from easyvideor1.training.trainer import train
+from easyvideor1.vision.cache_build import build_cache
 from easyvideor1.vision.config import VisionConfig
 from test_distributed import TEXT, TIMEOUT_S, UPDATE_KEYS, _env, same_steps, synth_rows, write_config
 import forkserver  # noqa: E402  (the subprocesses start with torch & co. imported)
@@ -131,3 +134,93 @@ def test_fsdp_two_processes_equal_one_process_qwen3_vl_moe(mixed, tmp_path):
         assert torch.allclose(w1[name], w2[name], rtol=1e-4, atol=1e-5), name
     assert all(not torch.equal(w0[n], w2[n]) for n in w2 if any(part in n for part in EXPERTS))
     same_steps(outs["one"], outs["two"], UPDATE_KEYS, 2)
+
+
+class _Killed(Exception):
+    pass
+
+
+def test_moe_checkpoint_resumes_exactly(mixed, tmp_path):
+    """qwen3_vl_moe, 3 steps with a checkpoint after step 2: a run killed after step 3's update (before
+    its checkpoint) and resumed (`resume: auto`) ends with the parameters of the uninterrupted run,
+    grouped experts and routers included. The checkpoint holds no routes: the batch of step 3 is
+    generated again after the resume and records its own (routes live only within a step)."""
+    _, data = mixed
+    model = build_tiny_model("qwen3_vl_moe", tmp_path / "model", seed=0)
+
+    def run_of(name):
+        return build_run(load_config(str(write_config(tmp_path, model, data, tmp_path / name, steps=3,
+                                                      vision__family="qwen3_vl_moe",
+                                                      checkpoint={"every": 2, "resume": "auto"}))))
+
+    straight = run_of("straight")
+    assert straight.ctx.routing_replay
+    start = {n: p.detach().clone() for n, p in straight.model.named_parameters()}
+    train(straight)
+
+    def kill(step, _):
+        if step == 3:
+            raise _Killed
+
+    with pytest.raises(_Killed):
+        train(run_of("killed"), on_step=kill)
+    ckpts = sorted(p.name for p in (tmp_path / "killed" / "checkpoints").iterdir())
+    assert ckpts == ["step-000002"], ckpts
+    shard = load_file(str(tmp_path / "killed" / "checkpoints" / "step-000002" / "model.rank00000.safetensors"))
+    assert any(".mlp.experts.gate_up_proj" in n for n in shard) and any(".mlp.gate." in n for n in shard)
+    resumed = run_of("killed")
+    train(resumed)
+    assert resumed.step == 3 and len(resumed.history) == 1  # it ran step 3 only: it resumed from step 2
+    a, b = dict(straight.model.named_parameters()), dict(resumed.model.named_parameters())
+    assert set(a) == set(b)
+    for name in a:
+        assert torch.equal(a[name].detach(), b[name].detach()), name
+    assert all(not torch.equal(start[n], a[n].detach()) for n in a if any(part in n for part in EXPERTS))
+
+
+def test_moe_checkpoint_of_two_processes_resumes_on_one(mixed, tmp_path):
+    """qwen3_vl_moe: 2 steps on 2 processes (FSDP2, each rank holding 2 of the 4 experts of a layer and
+    their optimizer state) checkpointed after step 2, resumed on 1 process for step 3: the parameters
+    equal the uninterrupted 1-process run's within the FSDP2 bound of the test above."""
+    _, data = mixed
+    model = build_tiny_model("qwen3_vl_moe", tmp_path / "model", seed=0)
+    cfgs = {k: write_config(tmp_path, model, data, tmp_path / k, steps=3, vision__family="qwen3_vl_moe",
+                            checkpoint={"every": 2, "resume": "auto"}) for k in ("straight", "resumed")}
+    straight = build_run(load_config(str(cfgs["straight"])))
+    train(straight)
+    proc = forkserver.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                           "-m", "easyvideor1.cli", "train", str(cfgs["resumed"]), "training.steps=2"],
+                          capture_output=True, text=True, env=_env(), timeout=TIMEOUT_S)
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    ckpt = tmp_path / "resumed" / "checkpoints" / "step-000002"
+    shards = [load_file(str(ckpt / f"model.rank0000{r}.safetensors")) for r in (0, 1)]
+    name = next(n for n in shards[0] if n.endswith("layers.0.mlp.experts.gate_up_proj"))
+    assert shards[0][name].shape[0] == shards[1][name].shape[0] == 2  # the experts split over the ranks
+    resumed = build_run(load_config(str(cfgs["resumed"])))
+    train(resumed)
+    assert resumed.step == 3 and len(resumed.history) == 1
+    a, b = dict(straight.model.named_parameters()), dict(resumed.model.named_parameters())
+    assert set(a) == set(b)
+    for n in a:
+        assert torch.allclose(a[n].detach(), b[n].detach(), rtol=1e-4, atol=1e-5), n
+
+
+def test_moe_run_from_a_frame_cache_equals_decoding(mixed, tmp_path):
+    """A qwen3_5_moe run reading a cache built for its family (`cache_only`: every frame from the cache)
+    logs the same step-1 metrics as one decoding each video (`realtime`)."""
+    _, data = mixed
+    family = "qwen3_5_moe"
+    model = build_tiny_model(family, tmp_path / "model", seed=0)
+    report = build_cache(load_samples(data), _vision(family), tmp_path / "cache", workers=0, progress=False)
+    assert report.failed_samples == 0 and report.built > 0
+    rows = {}
+    for mode in ("cache_only", "realtime"):
+        out = tmp_path / mode
+        train(build_run(load_config(str(write_config(tmp_path, model, data, out, steps=1, vision__family=family,
+                                                     data__cache_dir=str(tmp_path / "cache"),
+                                                     data__cache_mode=mode)))))
+        rows[mode] = json.loads((out / "metrics.jsonl").read_text().splitlines()[0])
+    cached, decoded = ({k: v for k, v in r.items() if not k.startswith(("time/", "perf/", "timestamp"))}
+                       for r in rows.values())
+    assert cached == decoded
+    assert {"actor/pg_loss", "update/grad_norm", "moe/router_agreement"} <= set(decoded), sorted(decoded)
