@@ -53,14 +53,16 @@ def linear_attention_blocker(config) -> str | None:
     return None
 
 
-def use_packed_linear_attention(model) -> int:
-    """Give every Gated DeltaNet module of `model` the packing-aware forward (module docstring);
-    returns how many. Idempotent; a module's class forward is untouched."""
+def use_packed_linear_attention(model, forward=None) -> int:
+    """Give every Gated DeltaNet module of `model` the packing-aware forward (module docstring), or
+    `forward` (`models.ulysses` passes one that also takes a `ShardedPacking`); returns how many.
+    Idempotent; a module's class forward is untouched."""
+    forward = forward or packed_linear_forward
     n = 0
     for module in model.modules():
         if isinstance(module, tuple(GATED_DELTA_NETS.values())):
-            if getattr(module.forward, "__func__", None) is not _packed_forward:
-                module.forward = types.MethodType(_packed_forward, module)
+            if getattr(module.forward, "__func__", None) is not forward:
+                module.forward = types.MethodType(forward, module)
             n += 1
     return n
 
@@ -202,7 +204,7 @@ def _rows(packing) -> tuple:
     rows = (packing,) if rows is None else tuple(rows)
     if not all(hasattr(r, "parts") for r in rows):
         raise ValueError(f"linear-attention layers take a Packing or PaddedRows, not {type(packing).__name__} "
-                         "(sequence parallelism for linear-attention layers: not yet)")
+                         "(a ShardedPacking: `models.ulysses.use_ulysses_attention` installs its forward)")
     return rows
 
 
@@ -282,7 +284,7 @@ def gated_output(module, core: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
     return module.out_proj(out.reshape(bsz, length, -1))
 
 
-def _packed_forward(self, hidden_states, cache_params=None, attention_mask=None, packing=None, **kwargs):
+def packed_linear_forward(self, hidden_states, cache_params=None, attention_mask=None, packing=None, **kwargs):
     """A GDN instance's forward (module docstring); transformers' own without `packing`."""
     if packing is None:
         return type(self).forward(self, hidden_states, cache_params=cache_params, attention_mask=attention_mask,

@@ -7,6 +7,9 @@ embeddings and of the M-RoPE position ids. Attention is the only place where tok
 `ulysses_attention` exchanges [1, H, L/k, D] for [1, H/k, L, D] (all-to-all over heads), runs the
 per-block packed attention over the whole row for its H/k heads, and exchanges back. Key/value
 heads are repeated up to a multiple of k when there are fewer than k (or k does not divide them).
+Qwen3.5's linear-attention (Gated DeltaNet) layers exchange the same way around their token
+mixing (`ulysses_linear_attention`): each rank runs the conv and recurrence over the whole row for
+Hk/k key heads and their Hv/k value heads; those head counts must divide by k (never repeated).
 
 The vision tower: each rank encodes its share of the frames (every image and every temporal
 patch of every video is one unit; contiguous runs of units of balanced patch counts go to the k
@@ -37,6 +40,8 @@ from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from easyvideor1 import distributed
 from easyvideor1.models.collate import Batch
+from easyvideor1.models.linear_attention import (gated_output, head_channels, mix_tokens, packed_linear_forward,
+                                                 project, use_packed_linear_attention)
 from easyvideor1.models.packing import Packing, packed_attention
 
 ULYSSES_ATTENTION = "easyvideor1_ulysses"
@@ -135,9 +140,63 @@ AttentionMaskInterface.register(ULYSSES_ATTENTION, sdpa_mask)  # padded calls ge
 
 
 def use_ulysses_attention(model) -> None:
-    """Give `model`'s language model `ulysses_attention` (its vision tower keeps its own)."""
+    """Give `model`'s language model `ulysses_attention` (its vision tower keeps its own), and its
+    linear-attention layers, if any, `ulysses_linear_forward`."""
     if getattr(model.config.get_text_config(), "_attn_implementation", None) != ULYSSES_ATTENTION:
         model.set_attn_implementation({"text_config": ULYSSES_ATTENTION})
+    use_packed_linear_attention(model, ulysses_linear_forward)
+
+
+# ---- linear attention (Gated DeltaNet): the same exchange around stage (b) ----
+
+def linear_head_shares(num_k_heads: int, num_v_heads: int, head_k_dim: int, head_v_dim: int, k: int) -> torch.Tensor:
+    """[k, C/k] long: row j the conv channels (`head_channels`) of rank j's key heads [j*Hk/k, (j+1)*Hk/k)
+    and so of its value heads [j*Hv/k, (j+1)*Hv/k) (repeat_interleave order keeps them contiguous)."""
+    per = num_k_heads // k
+    return torch.stack([head_channels(range(j * per, (j + 1) * per), num_k_heads, num_v_heads, head_k_dim, head_v_dim)
+                        for j in range(k)])
+
+
+def ulysses_linear_attention(module, hidden: torch.Tensor, packing: ShardedPacking,
+                             attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """A Gated DeltaNet `module` on this rank's slice hidden [1, L/k, D] of a packed row: project the
+    local tokens (stage a), one all-to-all to [its heads' conv channels | a | b] of every token, conv and
+    recurrence over the whole padded row's blocks (`ShardedPacking.packing`, shared rows included) with
+    its share of the conv weights, A_log and dt_bias (stage b), all-to-all back, gated norm and out_proj
+    (stage c). Heads are never repeated: a value head owns a recurrent state and an output (a copy would
+    count twice), and a key head's q/k channels feed a conv of its own; so k must divide both head counts
+    (`training.sequence_parallel.sequence_parallel_blocker` says so at start-up)."""
+    sp = packing.sp
+    hk, hv, dk, dv = module.num_k_heads, module.num_v_heads, module.head_k_dim, module.head_v_dim
+    if hk % sp.size or hv % sp.size:
+        raise ValueError(f"{hk} linear-attention key heads / {hv} value heads cannot be split over {sp.size} "
+                         "sequence-parallel ranks")
+    mixed, z, a, b = project(module, hidden, attention_mask)  # [1, L/k, C], [1, L/k, Hv, dv], [1, L/k, Hv] x 2
+    _, local, _ = mixed.shape
+    shares = linear_head_shares(hk, hv, dk, dv, sp.size).to(mixed.device)  # [k, C/k]
+    per_v = hv // sp.size
+    sent = torch.cat([mixed[..., shares.flatten()].reshape(1, local, sp.size, -1),
+                      a.reshape(1, local, sp.size, per_v), b.reshape(1, local, sp.size, per_v)], -1)
+    got = seq_to_heads(sent.transpose(1, 2).contiguous(), sp)[0]  # [1, L, C/k + 2 Hv/k]: my heads, every token
+    x, a_mine, b_mine = got.split([shares.shape[1], per_v, per_v], -1)
+    mine = shares[sp.rank]
+    heads = slice(sp.rank * per_v, (sp.rank + 1) * per_v)
+    bias = None if module.conv1d.bias is None else module.conv1d.bias[mine]
+    core, _ = mix_tokens(x, a_mine, b_mine, module.conv1d.weight.squeeze(1)[mine], bias, module.A_log[heads],
+                         module.dt_bias[heads], dk, dv, packing.packing, module.activation)  # [1, L, Hv/k, dv]
+    back = heads_to_seq(core.reshape(1, 1, core.shape[1], per_v * dv), sp)  # [1, k, L/k, Hv/k * dv]
+    return gated_output(module, back.transpose(1, 2).reshape(1, local, hv, dv), z)
+
+
+def ulysses_linear_forward(self, hidden_states, cache_params=None, attention_mask=None, packing=None, **kwargs):
+    """A GDN instance's forward under `use_ulysses_attention`: `ulysses_linear_attention` for a
+    `ShardedPacking`, else `models.linear_attention.packed_linear_forward`."""
+    if not isinstance(packing, ShardedPacking):
+        return packed_linear_forward(self, hidden_states, cache_params=cache_params, attention_mask=attention_mask,
+                                     packing=packing, **kwargs)
+    if cache_params is not None:
+        raise ValueError("sequence-parallel rows run without a cache (use_cache=False)")
+    return ulysses_linear_attention(self, hidden_states, packing, attention_mask)
 
 
 # ---- the vision tower: each rank encodes its share of the frames ----

@@ -14,6 +14,7 @@ a reward is not bitwise reproducible across ranks.
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -54,12 +55,15 @@ def sequence_parallel_blocker(config, k: int) -> str | None:
     """Why a model with HF `config` cannot split its rows over k ranks, or None."""
     text = config.get_text_config()
     why = packing_blocker(config)
-    if why is None and "linear_attention" in (getattr(text, "layer_types", None) or ()):
-        return "sequence parallelism for linear-attention layers: not yet"
     if why is not None:
         return f"sequence parallelism splits packed rows, and this model cannot pack: {why}"
     if text.num_attention_heads % k:
         return f"its {text.num_attention_heads} attention heads do not divide by sequence_parallel_size={k}"
+    if "linear_attention" in (getattr(text, "layer_types", None) or ()):
+        hk, hv = text.linear_num_key_heads, text.linear_num_value_heads
+        if hk % k or hv % k:  # never repeated: see models.ulysses.ulysses_linear_attention
+            return (f"its {hk} linear-attention key heads and {hv} value heads must both divide by "
+                    f"sequence_parallel_size={k}; choose a k that divides {math.gcd(hk, hv)}")
     return None
 
 

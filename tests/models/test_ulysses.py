@@ -2,12 +2,13 @@
 split into shares, the all-to-all and the collectives with gradients (2 gloo processes), and
 log-probs and 3 SGD steps under SP equal to one process without it (real torchrun, tiny models,
 a packed video + text + image + video/image row; the text prompt's response calls a tool, so a
-clip comes back mid-sequence and the tool turn sits inside the response, outside the loss)."""
+clip comes back mid-sequence and the tool turn sits inside the response, outside the loss).
+Qwen3.5 runs at the "medium" size: its linear-attention layers split by key heads, and the tiny
+size has one."""
 
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -26,7 +27,16 @@ import forkserver  # noqa: E402  (the subprocesses start with torch & co. import
 
 HERE = Path(__file__).parent
 TIMEOUT_S = 1800  # ends a hang; these runs take seconds to a minute on 2 busy cores
-SP_FAMILIES = ["qwen2_vl", "qwen2_5_vl", "qwen3_vl"]  # qwen3_5 packs, but SP of linear attention: not yet
+SP_FAMILIES = ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_5"]
+
+
+@pytest.fixture(scope="module")
+def medium_dirs(tmp_path_factory):
+    """Family -> its "medium" tiny model (4 heads, 2 key/value heads; Qwen3.5: 2 linear key heads, 4 value heads)."""
+    from easyvideor1.models.tiny import build_tiny_model
+
+    root = tmp_path_factory.mktemp("medium_models")
+    return {name: build_tiny_model(name, root / name, seed=0, size="medium") for name in ("qwen2_5_vl", "qwen3_5")}
 
 
 def _env():
@@ -138,13 +148,15 @@ def _compare(model_dir, one, many, vision_moves: bool = True):
 
 
 @pytest.mark.parametrize("name", SP_FAMILIES)
-def test_sp2_equals_one_process(tiny_dirs, tmp_path, name):
+def test_sp2_equals_one_process(tiny_dirs, request, tmp_path, name):
     """2 gloo processes with sequence_parallel_size 2 (FSDP2 over both) == 1 process, no SP:
-    log-probs and entropies, and the parameters after 3 SGD steps."""
+    log-probs and entropies, and the parameters after 3 SGD steps (Qwen3.5: each rank runs the
+    linear-attention layers' conv and recurrence for 1 of 2 key heads and 2 of 4 value heads)."""
+    model = request.getfixturevalue("medium_dirs")[name] if name == "qwen3_5" else tiny_dirs[name]
     worker = HERE / "ulysses_worker.py"
-    _run([worker, name, tiny_dirs[name], tmp_path / "one.pt", 1])
-    _run([worker, name, tiny_dirs[name], tmp_path / "sp2.pt", 2], procs=2)
-    _compare(tiny_dirs[name], tmp_path / "one.pt", tmp_path / "sp2.pt")
+    _run([worker, name, model, tmp_path / "one.pt", 1])
+    _run([worker, name, model, tmp_path / "sp2.pt", 2], procs=2)
+    _compare(model, tmp_path / "one.pt", tmp_path / "sp2.pt")
     assert torch.load(tmp_path / "one.pt", weights_only=False)["first"]["length"] % 2 == 1  # a pad block was added
 
 
@@ -160,14 +172,13 @@ def test_sp4_empty_vision_shares_and_repeated_kv_heads(tmp_path):
     _compare(model, tmp_path / "one.pt", tmp_path / "sp4.pt", vision_moves=False)
 
 
-def test_dp2_sp2_equals_dp2(tmp_path):
+def test_dp2_sp2_equals_dp2(medium_dirs, tmp_path):
     """4 processes, data-parallel 2 x sequence-parallel 2, == 2 data-parallel processes. The model
     has 4 heads and 2 key/value heads, so each rank attends with 2 query heads over 1 key/value
     head after the all-to-all (GQA, as Qwen2.5-VL-7B at SP 4: 7 / 1), which `_compare` checks no
-    call gives a fused CUDA kernel a reason to refuse."""
-    from easyvideor1.models.tiny import build_tiny_model
-
-    model = build_tiny_model("qwen2_5_vl", tmp_path / "medium", seed=0, size="medium")
+    call gives a fused CUDA kernel a reason to refuse. (Qwen3.5's dp2 x sp2 runs through the
+    trainer: tests/training/test_sequence_parallel.py; here it passed too, in 31 s.)"""
+    model = medium_dirs["qwen2_5_vl"]
     worker = HERE / "ulysses_worker.py"
     _run([worker, "qwen2_5_vl", model, tmp_path / "dp2.pt", 1, 2], procs=2)
     _run([worker, "qwen2_5_vl", model, tmp_path / "dp2sp2.pt", 2, 2], procs=4)
@@ -186,4 +197,13 @@ def test_models_that_cannot_split_say_why(tiny_dirs):
     assert "2 attention heads do not divide by sequence_parallel_size=4" in sequence_parallel_blocker(qwen25, 4)
     qwen35 = AutoConfig.from_pretrained(tiny_dirs["qwen3_5"])
     qwen35._attn_implementation = "sdpa"
-    assert sequence_parallel_blocker(qwen35, 2) == "sequence parallelism for linear-attention layers: not yet"
+    # 2 attention heads split; its linear-attention layers' 1 key head cannot (never repeated)
+    assert sequence_parallel_blocker(qwen35, 2) == (
+        "its 1 linear-attention key heads and 2 value heads must both divide by sequence_parallel_size=2; "
+        "choose a k that divides 1")
+    qwen35.text_config.linear_num_key_heads = 2  # as the "medium" size
+    qwen35.text_config.linear_num_value_heads = 6
+    assert sequence_parallel_blocker(qwen35, 2) is None
+    qwen35.text_config.num_attention_heads = 6
+    assert "2 linear-attention key heads and 6 value heads must both divide by sequence_parallel_size=3; " \
+           "choose a k that divides 2" in sequence_parallel_blocker(qwen35, 3)

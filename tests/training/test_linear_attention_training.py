@@ -13,7 +13,7 @@ import logging
 import torch
 
 from easyvideor1.config import load_config
-from easyvideor1.models.linear_attention import _packed_forward
+from easyvideor1.models.linear_attention import packed_linear_forward
 from easyvideor1.models.packing import PACKED_ATTENTION, PaddedRows, language_attention
 from easyvideor1.models.tiny import build_tiny_model
 from easyvideor1.training.setup import build_run
@@ -42,7 +42,7 @@ def test_qwen3_5_trains_on_packed_shared_rows(tmp_path, data, caplog):  # noqa: 
     assert run.ctx.padding_free and run.ctx.shared_prefix
     assert language_attention(run.model) == PACKED_ATTENTION
     gdn = [m for m in run.model.modules() if type(m).__name__ == "Qwen3_5GatedDeltaNet"]
-    assert gdn and all(m.forward.__func__ is _packed_forward for m in gdn)
+    assert gdn and all(m.forward.__func__ is packed_linear_forward for m in gdn)
     seen = []  # what the linear-attention layers were handed: packed rows, and left-padded prefills
     hook = gdn[0].register_forward_pre_hook(lambda m, args, kw: seen.append(type(kw.get("packing"))), with_kwargs=True)
     before = {n: p.detach().clone() for n, p in run.model.named_parameters()}
