@@ -27,7 +27,9 @@ from easyvideor1.algorithms.kl import (
 )
 from easyvideor1.algorithms.policy_losses import POLICY_LOSSES
 from easyvideor1.algorithms.rollout_correction import ROLLOUT_CORRECTIONS
-from easyvideor1.models.routing import ROUTING_REPLAY
+
+ROUTING_REPLAY = ("none", "rollout")
+"""Values of `algorithm.routing_replay` (`models.routing`); here, so that reading a config imports no torch."""
 
 
 def _check_name(field: str, value: str, registry: dict) -> None:

@@ -14,10 +14,12 @@ Every other tensor passes as it is. Views, one model tensor at a time: nothing i
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-
-import torch
+from typing import TYPE_CHECKING
 
 from easyvideor1.models.families import Family
+
+if TYPE_CHECKING:  # no torch import at run time: `models.tiny`, which the CLI imports, uses this module
+    import torch
 
 _GROUPED = (".mlp.experts.gate_up_proj", ".mlp.experts.down_proj")
 

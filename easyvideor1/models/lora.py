@@ -163,7 +163,7 @@ def viewed_module(part):
 class ReferenceView:
     """The LoRA policy with its adapters off: the reference model of the KL terms, sharing the
     policy's (frozen) base weights. Offers what the log-prob passes use (`models/logprobs.py`):
-    the backbone `model`, the head `lm_head`, `parameters()`, the HF `config`, and a full forward."""
+    the backbone `model`, the head `lm_head`, `parameters()`, `modules()`, the HF `config`, and a full forward."""
 
     def __init__(self, policy: torch.nn.Module):
         self.policy = policy
@@ -177,6 +177,12 @@ class ReferenceView:
 
     def parameters(self):
         return self.policy.parameters()
+
+    def modules(self):  # the policy's: per-instance forwards (packing, routing) are installed once, shared
+        return self.policy.modules()
+
+    def named_modules(self, *args, **kwargs):
+        return self.policy.named_modules(*args, **kwargs)
 
 
 def _full(tensor: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:

@@ -30,8 +30,6 @@ ROUTE_FREE = -1
 """A real token without a recorded route: its router picks its own top-k (counted in the metrics)."""
 ROUTE_PAD = -2
 """Padding or a masked dummy vision token: routed freely, left out of the metrics and the aux loss."""
-ROUTING_REPLAY = ("none", "rollout")
-"""Values of `algorithm.routing_replay`."""
 
 
 @dataclass

@@ -91,7 +91,7 @@ def test_images_agree_with_transformers(tiny):
 # How far our text ids after the video run ahead of transformers' for an 8-frame 1 fps video
 # of 2x2 LLM cells: Qwen2-VL has 4 temporal ids (0..3) vs 2 spatial -> 2; Qwen2.5-VL spaces
 # them 2 s x 2 tokens/s = 4 apart (0..12) -> 13 - 2 = 11; Qwen3-VL/3.5 agree.
-TEXT_SHIFT = {"qwen2_vl": 2, "qwen2_5_vl": 11, "qwen3_vl": 0, "qwen3_5": 0}
+TEXT_SHIFT = {"qwen2_vl": 2, "qwen2_5_vl": 11, "qwen3_vl": 0, "qwen3_5": 0, "qwen3_vl_moe": 0, "qwen3_5_moe": 0}
 
 
 def test_video_follows_vllm_where_transformers_differs(tiny):
