@@ -56,38 +56,42 @@ def ipc_dir():
     shutil.rmtree(path, ignore_errors=True)
 
 
-# The longest test files, longest first (measured: `make test`'s durations, summed per file).
+# The longest test files, longest first (measured: `make test`'s durations summed per file, those
+# over 40 s in a capped fresh clone of 5ba6e32).
 # Under `-n 2 --dist loadfile --no-loadscope-reorder` (`make test`; without the last flag xdist
 # sorts files by their number of tests) a worker takes whole files in this order as it frees up, so
 # starting with the longest ones keeps one long file from running alone at the end while the
 # other worker idles (the tail was ~3 minutes of a 13-minute suite). Order only: every test runs.
 LONGEST_FILES = (
-    "tests/models/test_ulysses.py",
-    "tests/training/test_resume.py",
-    "tests/test_chaos.py",
-    "tests/training/test_families.py",
-    "tests/rewards/test_properties.py",
-    "tests/rollout/test_vllm_engine.py",
-    "tests/training/test_lora.py",
-    "tests/training/test_sequence_parallel.py",
-    "tests/training/test_rank_agreement.py",
     "tests/training/test_async_training.py",
+    "tests/training/test_sequence_parallel.py",
     "tests/training/test_vllm_trainer.py",
-    "tests/rollout/test_tools.py",
+    "tests/test_forkserver.py",
+    "tests/rewards/test_properties.py",
+    "tests/evaluation/test_eval_tools.py",  # one vLLM start and a tool-calling eval
+    "tests/models/test_ulysses.py",
+    "tests/training/test_lora.py",
+    "tests/training/test_families.py",
+    "tests/test_docs_run.py",  # getting-started and the README tour as processes
     "tests/training/test_sharded_checkpoints.py",
-    "tests/training/test_token_balance_distributed.py",
+    "tests/training/test_long_prompt_memory.py",
     "tests/evaluation/test_pipeline_vllm.py",
-    "tests/evaluation/test_eval_tools.py",  # measured alone (94 s), not in `make test`: one vLLM start like the line above
-    "tests/training/test_distributed.py",
-    "tests/training/test_tools_training.py",
-    "tests/test_gpu_check.py",
-    "tests/data/test_bad_corpus.py",
-    "tests/evaluation/test_eval_lock.py",
-    "tests/evaluation/test_pipeline_hf.py",
-    "tests/test_docs_run.py",  # getting-started and the README tour as processes (~45 s)
-    "tests/rollout/test_vllm_tools.py",
-    "tests/rollout/test_vllm_context.py",
+    "tests/rollout/test_vllm_moe.py",
+    "tests/training/test_token_balance_distributed.py",
+    "tests/rollout/test_tools.py",
     "tests/training/test_memory_plan.py",
+    "tests/training/test_distributed.py",
+    "tests/training/test_resume.py",
+    "tests/rollout/test_vllm_engine.py",
+    "tests/training/test_tools_training.py",
+    "tests/test_chaos.py",
+    "tests/training/test_demo_smoke.py",
+    "tests/test_gpu_check.py",
+    "tests/training/test_rank_agreement.py",
+    "tests/test_threads.py",
+    "tests/data/test_bad_corpus.py",
+    "tests/training/test_moe_families.py",
+    "tests/test_cli_errors.py",
 )
 
 

@@ -144,14 +144,15 @@ def qwen3_5_model(setup):
     return build_tiny_model("qwen3_5", setup[0] / "qwen3_5_medium", seed=0, size="medium")
 
 
-@pytest.mark.parametrize("procs", [(1, 2), (2, 4)], ids=["sp2_vs_one", "dp2sp2_vs_dp2"])
-def test_qwen3_5_sp2_trains_as_without(setup, qwen3_5_model, procs):
-    """3 steps of Qwen3.5 with SP 2 (linear-attention layers exchanged around their token mixing,
-    group-shared rows on) equal the run without SP on half the processes. Plain SGD: AdamW turns
-    float32 noise in a near-zero gradient element into a step of up to lr (measured: 1 of 32,768
-    q_proj elements 3.6e-5 apart after 3 steps, all the rest within 1e-6)."""
+def test_qwen3_5_dp2_sp2_trains_as_dp2(setup, qwen3_5_model):
+    """3 steps of Qwen3.5 on 4 processes, data-parallel 2 x SP 2 (linear-attention layers exchanged
+    around their token mixing, group-shared rows on), equal 2 data-parallel processes. (SP 2 against
+    one process: `tests/models/test_ulysses.py::test_sp2_equals_one_process[qwen3_5]`, log-probs and
+    3 steps of parameters.) Plain SGD: AdamW turns float32 noise in a near-zero gradient element into
+    a step of up to lr (measured: 1 of 32,768 q_proj elements 3.6e-5 apart after 3 steps, all the
+    rest within 1e-6)."""
     root, _, data = setup
-    plain, split = procs
+    plain, split = 2, 4
     outs = {k: root / f"q35_{plain}_{k}" for k in ("plain", "sp2")}
     for out in outs.values():
         shutil.rmtree(out, ignore_errors=True)
