@@ -185,7 +185,7 @@ def test_lora_policy_and_its_reference_view_pack(tiny, tiny_dirs):
     packed_lp, _, packed_kl, packed_g = _pass(model, tiny, batch, True, 3, grad=True, reference=view)
     assert (padded_lp - packed_lp)[mask].abs().max() <= LOGPROB_TOL
     # the adapters move the KL far past the tolerance (~8e-3 on the MoE models, whose experts take none)
-    assert padded_kl[mask].max() > 5e-3 and (padded_kl - packed_kl)[mask].abs().max() <= LOGPROB_TOL
+    assert padded_kl[mask].max() > 1e-2 and (padded_kl - packed_kl)[mask].abs().max() <= LOGPROB_TOL
     assert set(padded_g) == set(packed_g) and all("lora_" in n for n in padded_g)
     for name, grad in padded_g.items():
         torch.testing.assert_close(packed_g[name], grad, rtol=GRAD_RTOL, atol=GRAD_ATOL, msg=lambda m: f"{name}: {m}")

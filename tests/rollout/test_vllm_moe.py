@@ -4,24 +4,19 @@ released checkpoints' layout (Qwen3-VL-MoE's grouped and transposed, Qwen3.5-MoE
 expert): the tiny folders are written so (`models.tiny`) and the weight sync converts the trainer's
 grouped tensors as they stream (`models.expert_layout`). After a sync of perturbed weights vLLM's
 log-probs are the perturbed model's (a sync that missed the experts leaves a gap far above the bound).
+Training steps with the vLLM engine on Qwen3-VL-MoE: tests/training/test_families.py.
 """
 
 from __future__ import annotations
 
 import copy
-import json
-import os
-import sys
 
 import pytest
 import torch
-import yaml
 from rollout_helpers import load_tiny
 
 from cpu_isa import vllm_gdn_refused
-import forkserver  # noqa: E402  (the subprocesses start with torch & co. imported)
 
-from easyvideor1.data.synth import write_suite
 from easyvideor1.models.expert_layout import released_items
 from easyvideor1.models.families import get_family
 from easyvideor1.models.tiny import build_tiny_model
@@ -134,43 +129,6 @@ def test_weight_sync_lands_in_vllm(setup):
     engine.update_weights(tiny.model)  # in memory: `reload_weights(weights_iterator=...)`
     restored = engine.generate(prompts, 1, GREEDY)
     assert [g[0].token_ids for g in restored] == [g[0].token_ids for g in before]
-
-
-@pytest.mark.vllm
-@pytest.mark.slow
-def test_two_training_steps_with_the_vllm_engine_qwen3_vl_moe(tmp_path, ipc_dir):
-    """`rollout.engine: vllm` on tiny Qwen3-VL-MoE in float32: two real steps (each syncs the
-    updated weights into vLLM), the engine-vs-trainer log-prob gap logged every step within the
-    families' parity tolerance (tests/training/test_families.py), and the export written."""
-    pytest.importorskip("vllm")
-    model = build_tiny_model("qwen3_vl_moe", tmp_path / "model", seed=0)
-    paths = write_suite(tmp_path / "synth", num_train=4, num_val=0, seed=0)
-    out = tmp_path / "out"
-    cfg = {
-        "vision": {"family": "qwen3_vl_moe", "max_frames": 8, "video_min_pixels": 3136, "video_max_pixels": 12544,
-                   "image_min_pixels": 3136, "image_max_pixels": 12544},
-        "model": {"path": str(model), "dtype": "float32"},
-        "rollout": {"engine": "vllm", "n": 2, "max_tokens": 12, "temperature": 1.0, "parity_check_every": 1},
-        "algorithm": {"adv_estimator": "grpo", "policy_loss": "ppo_clip", "disable_kl": True,
-                      "routing_replay": "none"},  # vLLM returns routes only with Model Runner V2 (no CPU)
-        "training": {"steps": 2, "rollout_batch_size": 4, "mini_batch_size": 4, "micro_batch_size": 2,
-                     "lr": 1e-3, "seed": 0},
-        "data": {"train_files": [str(paths["train"])], "shuffle": False},
-        "logging": {"out_dir": str(out), "progress": False},
-        "checkpoint": {"every": 0, "resume": "never"},
-    }
-    (tmp_path / "cfg.yaml").write_text(yaml.safe_dump(cfg))
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "TORCH_COMPILE_DISABLE": "1", "HF_HUB_OFFLINE": "1",
-           "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_NUM_THREADS": "2", "VLLM_RPC_BASE_PATH": str(ipc_dir),
-           "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "ind")}
-    proc = forkserver.run([sys.executable, "-m", "easyvideor1.cli", "train", str(tmp_path / "cfg.yaml")],
-                          capture_output=True, text=True, env=env, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in rows] == [1, 2] and all(r["update/grad_norm"] > 0 for r in rows)
-    gaps = [v for r in rows for k, v in r.items() if k.startswith("parity/max_gap/")]
-    assert gaps and max(gaps) < 0.05, gaps
-    assert (out / "hf_model" / "model.safetensors").exists()
 
 
 def test_routing_replay_with_vllm_on_cpu_is_refused_before_vllm_starts(tmp_path):

