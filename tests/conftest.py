@@ -38,13 +38,48 @@ import tempfile  # noqa: E402
 _OWN_VLLM_CACHE = "EV1_TEST_VLLM_CACHE_ROOT" not in os.environ  # the first process: xdist's master or a plain pytest
 if _OWN_VLLM_CACHE:
     os.environ["EV1_TEST_VLLM_CACHE_ROOT"] = tempfile.mkdtemp(prefix="ev1-vllm-cache-")
+_OWN_PYCACHE = "EV1_TEST_PYCACHE" not in os.environ
+if _OWN_PYCACHE:
+    os.environ["EV1_TEST_PYCACHE"] = tempfile.mkdtemp(prefix="ev1-pycache-")
 os.environ["VLLM_CACHE_ROOT"] = os.environ["EV1_TEST_VLLM_CACHE_ROOT"]
+# Compiled bytecode for the run, in one folder of its own (not the clone's __pycache__), written even
+# where the machine sets PYTHONDONTWRITEBYTECODE: each of the suite's ~300 processes imports ~150
+# modules of this package fresh (a forked child too: tests/forkserver.py), 0.35 CPU-s from source
+# against 0.11 from bytecode. Compiling is deterministic, so no test can see the difference.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+os.environ["PYTHONPYCACHEPREFIX"] = os.environ["EV1_TEST_PYCACHE"]
+sys.dont_write_bytecode = False
+sys.pycache_prefix = os.environ["PYTHONPYCACHEPREFIX"]
 
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 
-from budget import pytest_runtest_makereport  # noqa: E402,F401  (a test over EV1_TEST_BUDGET_S fails: tests/budget.py)
+import budget  # noqa: E402  (the reference, wall and CPU time, tests over budget: tests/budget.py)
+
+
+def pytest_configure(config):
+    if not config.pluginmanager.has_plugin("budget"):  # `-p budget` registers it already
+        config.pluginmanager.register(budget, "budget")
+
+
+@pytest.fixture(autouse=True)
+def _no_process_group_left(request):
+    """A test that leaves a torch.distributed process group alive in the worker fails (and the
+    group is destroyed, so the next test starts clean): a group inherited by a later test's forked
+    process crashed it (issue 54, a segfault in `~ProcessGroupGloo`). In-process training leaves
+    its groups with `easyvideor1.distributed.close()`, as `cli.main` does."""
+    yield
+    dist = sys.modules.get("torch.distributed")  # a test that never imported it made no group
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return
+    from easyvideor1 import distributed
+
+    distributed.close()
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    pytest.fail(f"{request.node.nodeid} left a torch.distributed process group alive: leave it in the test "
+                f"(easyvideor1.distributed.close(), or dist.destroy_process_group())", pytrace=False)
 
 
 @pytest.fixture
@@ -98,6 +133,8 @@ LONGEST_FILES = (
 def pytest_unconfigure(config):
     if _OWN_VLLM_CACHE:
         shutil.rmtree(os.environ["EV1_TEST_VLLM_CACHE_ROOT"], ignore_errors=True)
+    if _OWN_PYCACHE:
+        shutil.rmtree(os.environ["EV1_TEST_PYCACHE"], ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -142,11 +142,32 @@ def _run_job(job: Job, cfg: VisionConfig, out_dir: str, verify: bool) -> BuildOu
     return BuildOutcome(job.key, True, reason="rebuilt" if rebuilt else "built", bytes=size)
 
 
-def _init_worker() -> None:
+def _init_worker(environ: dict[str, str]) -> None:
     import torch
 
+    os.environ.clear()  # the builder's environment now, not the fork server's from its start
+    os.environ.update(environ)
     torch.set_num_threads(1)  # one process per core: threads inside would only contend
     _die_with_parent()
+
+
+def _pool_context() -> multiprocessing.context.BaseContext:
+    """How the workers start: from a fork server where there is one (Linux, macOS), else spawned.
+
+    Never a plain fork of the building process: that process may hold threads (torch's intra-op
+    pool, a trainer's gloo process group, a notebook's event loop) that a forked child inherits as
+    memory without the threads; a gloo group's destructor in the child then joins threads that do
+    not exist and crashes it (a segfault in `~ProcessGroupGloo`). The fork server is a fresh
+    interpreter started once per building process, single-threaded, that has imported this module
+    (torch and the decoders) and forks each worker from itself. As with any multiprocessing start
+    other than fork, a script that builds a cache with workers keeps its top-level code under
+    `if __name__ == "__main__":` (the workers import the script).
+    """
+    if "forkserver" in multiprocessing.get_all_start_methods():
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload([__name__])
+        return ctx
+    return multiprocessing.get_context("spawn")
 
 
 def _die_with_parent() -> None:
@@ -247,9 +268,8 @@ def _execute(jobs: list[Job], cfg: VisionConfig, out_dir: str, workers: int, ver
             outcomes[job.key] = _run_job(job, cfg, out_dir, verify)
             bar.update()
     else:
-        method = "fork" if sys.platform.startswith("linux") else "spawn"
-        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context(method),
-                                 initializer=_init_worker) as pool:
+        with ProcessPoolExecutor(workers, mp_context=_pool_context(), initializer=_init_worker,
+                                 initargs=(dict(os.environ),)) as pool:
             futures = {pool.submit(_run_job, job, cfg, out_dir, verify): job for job in jobs}
             for future in as_completed(futures):
                 job = futures[future]

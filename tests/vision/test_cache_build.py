@@ -164,3 +164,66 @@ def test_a_temporary_file_of_a_zombie_writer_is_stale(tmp_path):
     cache_build._clear_stale_tmp(tmp_path)
     writer.wait()
     assert not stale.exists() and live.exists()
+
+
+HELD_STATE_BUILD = r'''
+import json, os, sys, threading
+import torch
+import torch.distributed as dist
+from easyvideor1.records import Sample
+from easyvideor1.vision.cache_build import build_cache
+from easyvideor1.vision.config import VisionConfig
+
+if __name__ == "__main__":
+    media, out, names = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+    # what a notebook holds after training in process: a live gloo group and a busy intra-op pool
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    dist.all_reduce(torch.ones(4))
+    # and a group that is garbage, not yet collected (a cycle), as a test's or a notebook's
+    # dropped group is: a child forked from this process would collect it, running its destructor
+    # without its threads (the collection made certain in any child this process forks)
+    import datetime
+    dropped = [dist.ProcessGroupGloo(dist.HashStore(), 0, 1, datetime.timedelta(seconds=60))]
+    dropped.append(dropped)
+    dropped[0].allreduce([torch.ones(4)]).wait()
+    import gc
+    gc.collect()
+    gc.disable()  # no collection here before the build: the dropped group stays garbage
+    del dropped
+    os.register_at_fork(after_in_child=gc.collect)
+    torch.set_num_threads(2)
+    stop = threading.Event()
+
+    def busy():
+        a = torch.randn(256, 256)
+        while not stop.is_set():
+            a @ a
+
+    spinner = threading.Thread(target=busy, daemon=True)
+    spinner.start()
+    cfg = VisionConfig(min_frames=4, max_frames=8, fps=3.0, video_max_pixels=56 * 56 * 4, video_min_pixels=56 * 56,
+                       image_max_pixels=28 * 28 * 16)
+    samples = [Sample("q", "A", "multiple choice", "video", videos=[f"{media}/{n}"], problem_id=n) for n in names]
+    samples.append(Sample("q", "A", "multiple choice", "image", images=[f"{media}/text.png"], problem_id="text.png"))
+    samples.append(Sample("q", "A", "multiple choice", "video", videos=[f"{media}/h264.mp4"], problem_id="good"))
+    report = build_cache(samples, cfg, out, workers=2, progress=False)
+    stop.set()
+    rows = [json.loads(line) for line in open(report.failures)]
+    print(json.dumps({"ok": report.ok_samples, "reasons": {r["problem_id"]: r["reason"] for r in rows}}))
+    dist.destroy_process_group()
+'''
+
+
+def test_build_from_a_process_holding_a_gloo_group_and_busy_threads(media_dir, broken_videos, tmp_path):
+    """Failure 2 of issue 54: the builder's workers once forked from the building process, so a
+    worker inherited a live gloo group (and torch's thread pool) without their threads, and the
+    group's destructor crashed the worker (`'error'` instead of the file's reason). Built from a
+    process that holds both, every file still gets its own reason."""
+    script = tmp_path / "build_holding_state.py"
+    script.write_text(HELD_STATE_BUILD)
+    proc = subprocess.run([sys.executable, str(script), str(media_dir), str(tmp_path / "cache"),
+                           json.dumps(list(broken_videos))], capture_output=True, text=True, timeout=TIMEOUT_S,
+                          env=_env(), check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got == {"ok": 1, "reasons": {**broken_videos, "text.png": "not_an_image"}}, proc.stderr[-3000:]
