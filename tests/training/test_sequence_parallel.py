@@ -37,6 +37,16 @@ def _same_run(a, b):
     same_steps(a, b, keys, 3)  # the same responses, rewards, losses, gradient norm (copies counted once)
 
 
+# One 1-vs-2-process pair checks SP with the reference, recompute and dynamic sampling at once (it
+# was three pairs: each property costs nothing in a run that already happens): a KL loss of kind
+# `full` (the reference runs under SP too, inside the update), gradient checkpointing on the SP side
+# (each checkpointed layer repeats its all-to-alls in backward) and DAPO's online filtering (the
+# ranks of a group filter the same responses, shared before scoring).
+ALGO = {"adv_estimator": "grpo", "policy_loss": "ppo_clip", "loss_agg_mode": "token_mean", "disable_kl": False,
+        "use_kl_loss": True, "kl_estimator": "full", "kl_coef": 0.1, "online_filtering": True}
+SP2 = {"training__sequence_parallel_size": 2, "model__gradient_checkpointing": True, "algorithm": ALGO}
+
+
 @pytest.fixture(scope="module")
 def sp2(setup):
     """3 steps in 1 process without SP and in 2 processes with SP 2 (their folders), and the
@@ -45,8 +55,8 @@ def sp2(setup):
     outs = {k: root / f"sp_{k}" for k in ("one", "sp2")}
     for out in outs.values():
         shutil.rmtree(out, ignore_errors=True)
-    one = write_config(root, model, data, outs["one"], steps=3)
-    sp2 = write_config(root, model, data, outs["sp2"], steps=3, training__sequence_parallel_size=2)
+    one = write_config(root, model, data, outs["one"], steps=3, algorithm=ALGO)
+    sp2 = write_config(root, model, data, outs["sp2"], steps=3, **SP2)
     p = _train(one, 1)
     assert p.returncode == 0, p.stderr[-4000:]
     p = _train(sp2, 2)
@@ -62,6 +72,16 @@ def test_sp2_trains_as_one_process(sp2):
     _same_run(outs["one"], outs["sp2"])
 
 
+def test_sp2_with_reference_recompute_and_dynamic_sampling(sp2):
+    """The pair's KL term is live (the policy moved away from the reference) and both runs kept the
+    same groups, each counted once (copies of a group on the SP ranks would double the count)."""
+    outs, _ = sp2
+    rows = {k: [json.loads(l) for l in (outs[k] / "metrics.jsonl").read_text().splitlines()] for k in outs}
+    assert rows["sp2"][-1]["actor/kl_loss"] > 0
+    for a, b in zip(rows["one"], rows["sp2"]):
+        assert a["filter/filter_groups_kept"] == b["filter/filter_groups_kept"] == 4  # of 4 groups a step
+
+
 def test_sp2_with_a_rollout_rank_equals_colocated(setup, sp2):
     """Separate placement under torchrun, k = 0: ranks 0-1 train as one SP group of 2, rank 2
     generates and scores; both trainer ranks take the group's (data-parallel rank 0's) share of
@@ -70,8 +90,7 @@ def test_sp2_with_a_rollout_rank_equals_colocated(setup, sp2):
     root, model, data = setup
     out = root / "sp_separate"
     shutil.rmtree(out, ignore_errors=True)
-    cfg = write_config(root, model, data, out, steps=3, training__sequence_parallel_size=2,
-                       rollout__placement="separate")
+    cfg = write_config(root, model, data, out, steps=3, rollout__placement="separate", **SP2)
     p = _train(cfg, 3)
     assert p.returncode == 0, p.stderr[-6000:]
     assert "sequence parallelism: 2 ranks per row, 1 data-parallel groups" in p.stderr
@@ -79,46 +98,6 @@ def test_sp2_with_a_rollout_rank_equals_colocated(setup, sp2):
     _same_run(sp2[0]["sp2"], out)
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["async/staleness_max"] for r in rows] == [0.0, 0.0, 0.0]
-
-
-def test_sp2_with_reference_and_checkpointing(setup):
-    """A KL loss of kind `full` (the reference runs under SP too, inside the update) and gradient
-    checkpointing (each checkpointed layer repeats its all-to-alls in backward) on the SP side."""
-    root, model, data = setup
-    algo = {"adv_estimator": "grpo", "policy_loss": "ppo_clip", "loss_agg_mode": "token_mean", "disable_kl": False,
-            "use_kl_loss": True, "kl_estimator": "full", "kl_coef": 0.1}
-    outs = {k: root / f"spkl_{k}" for k in ("one", "sp2")}
-    for out in outs.values():
-        shutil.rmtree(out, ignore_errors=True)
-    one = write_config(root, model, data, outs["one"], steps=3, algorithm=algo)
-    sp2 = write_config(root, model, data, outs["sp2"], steps=3, algorithm=algo, training__sequence_parallel_size=2,
-                       model__gradient_checkpointing=True)
-    p = _train(one, 1)
-    assert p.returncode == 0, p.stderr[-4000:]
-    p = _train(sp2, 2)
-    assert p.returncode == 0, p.stderr[-6000:]
-    _same_run(outs["one"], outs["sp2"])
-    kl = [json.loads(l)["actor/kl_loss"] for l in (outs["sp2"] / "metrics.jsonl").read_text().splitlines()]
-    assert kl[-1] > 0  # the policy moved away from the reference: the KL term is live
-
-
-def test_sp2_dynamic_sampling(setup):
-    """DAPO (online filtering): the ranks of a group filter the same responses (shared before scoring)."""
-    root, model, data = setup
-    outs = {k: root / f"spdapo_{k}" for k in ("one", "sp2")}
-    for out in outs.values():
-        shutil.rmtree(out, ignore_errors=True)
-    one = write_config(root, model, data, outs["one"], steps=3, algorithm={"preset": "dapo"})
-    sp2 = write_config(root, model, data, outs["sp2"], steps=3, algorithm={"preset": "dapo"},
-                       training__sequence_parallel_size=2)
-    p = _train(one, 1)
-    assert p.returncode == 0, p.stderr[-4000:]
-    p = _train(sp2, 2)
-    assert p.returncode == 0, p.stderr[-6000:]
-    _same_run(outs["one"], outs["sp2"])
-    for a, b in zip(*((outs[k] / "metrics.jsonl").read_text().splitlines() for k in ("one", "sp2"))):
-        a, b = json.loads(a), json.loads(b)
-        assert a["filter/filter_groups_kept"] == b["filter/filter_groups_kept"] == 4  # copies counted once
 
 
 def test_dp2_sp2_trains_as_dp2(setup):
