@@ -7,7 +7,7 @@ setup:
 demo: setup
 	.venv/bin/easyvideor1 demo --out runs/demo
 
-# -n $(TEST_WORKERS): pytest-xdist workers, two per core (scripts/test_workers.sh says why and
+# -n $(TEST_WORKERS): pytest-xdist workers, one per core (scripts/test_workers.sh says why and
 # when fewer), a test file each at a time (--dist loadfile keeps a file's module fixtures in one
 # process); --no-loadscope-reorder keeps the order tests/conftest.py gives (longest files first;
 # xdist would otherwise start with the files of most tests, and the long files of two tests each

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# How many pytest-xdist workers `make test` starts (TEST_WORKERS=N overrides it): two per core,
+# How many pytest-xdist workers `make test` starts (TEST_WORKERS=N overrides it): one per core,
 # at most one per 3 GiB of available memory, at least one.
 #
 # Usage: scripts/test_workers.sh [CORES MEM_AVAILABLE_KIB]
@@ -7,14 +7,14 @@
 #   limits where a container sets them (CPU quota; memory limit less the memory in use), read
 #   under CGROUP (default /sys/fs/cgroup; cgroup v2, else v1).
 #
-# Two per core: each worker runs one thread (tests/conftest.py sets OMP_NUM_THREADS to cores //
-# workers, at least 1) and spends much of its time waiting on the processes its tests start
-# (training commands, torchrun ranks, vLLM engines), so a second worker per core fills that time.
-# On a busy machine the kernel shares the cores among runnable threads, so four workers beside
-# two busy loops get up to two thirds of a 2-core machine, two workers half of it. Measured on
-# 2 cores, one fresh clone of a0cde60 (2026-12-04), runs one after another: beside two busy loops
-# 13 min 22 s with 4 workers, 15 min 40 s with 2; alone 9 min 38 s with 4, 9 min 15 s with 2
-# (within this machine's noise; 4 workers take ~7% more CPU: more fork servers to start).
+# One per core: the suite's time is CPU time (the processes its tests start), and on a slow
+# 2-core CPU alone the run is bound by it. Each worker keeps its own fork servers
+# (tests/forkserver.py: a server per set of import-time variables, ~7 CPU-s to start), so a
+# second worker per core adds servers and contention without adding cores. Measured on 2 cores,
+# one fresh clone of a0cde60 (2026-12-04), runs one after another: alone 9 min 15 s with 2
+# workers, 9 min 38 s with 4, which took ~7% more CPU; beside two busy loops 4 workers were
+# faster (13 min 22 s against 15 min 40 s: they get a larger share of a busy machine), so on a
+# machine shared with other work TEST_WORKERS=4 may pay.
 # 3 GiB: the peak with 4 workers was ~12 GiB in use (torchrun ranks and vLLM engines at once).
 set -euo pipefail
 CGROUP="${CGROUP:-/sys/fs/cgroup}"
@@ -47,7 +47,7 @@ smaller() { if [ -n "$2" ] && [ "$2" -lt "$1" ]; then echo "$2"; else echo "$1";
 
 cores="${1:-$(smaller "$(nproc)" "$(quota_cores)")}"
 mem_kib="${2:-$(smaller "$(awk '/^MemAvailable:/ {print $2}' /proc/meminfo)" "$(quota_free_kib)")}"
-workers=$((2 * cores))
+workers=$cores
 by_memory=$((mem_kib / (3 * 1024 * 1024)))
 if [ "$by_memory" -lt "$workers" ]; then
   workers=$by_memory

@@ -3,8 +3,8 @@ per-test budget named in the summary.
 
 Machines of one kind differ (an AVX2-only EPYC ran the suite 2.55x slower than the CPU of the
 README's figures, ENVIRONMENT.md), so a wall-clock assertion fails a correct test on a slow or busy
-machine. Instead the run times a fixed small workload at its start (`reference`: one-thread fp32
-matmuls and a pure-Python loop, in a fresh interpreter) and prints, beside the CPU line:
+machine. Instead the run times a fixed small workload at its start (`easyvideor1.speed`: one-thread
+fp32 matmuls and a pure-Python loop, in a fresh interpreter) and prints, beside the CPU line:
 
     reference: 1 unit = 0.82 s here (matmul 0.38 s + Python 0.44 s, one thread)
     suite: wall 9 min 41 s = 709 units; CPU 1,093 s = 1,333 units (2 workers and every process they waited for)
@@ -33,37 +33,11 @@ import time
 
 import pytest
 
+from easyvideor1.speed import describe
+
 BUDGET_UNITS = 300.0  # ~240 s on the CPU of the README's figures (1 unit ~ 0.8 s there)
 _SETUP = pytest.StashKey[float]()
 _STATE: dict = {"start": None, "reference": None, "times": {}, "cpu": 0.0}
-
-# The reference workload, run in a fresh interpreter with one thread: what a test's process spends
-# its time on (torch's fp32 matmul, Python bytecode). Best of three, so a short hiccup does not
-# count; a machine that stays busy measures slower, as its tests run.
-REFERENCE_CODE = r'''
-import json, os, sys, time
-os.environ["OMP_NUM_THREADS"] = "1"
-import torch
-torch.set_num_threads(1)
-a, b = torch.randn(2048, 512), torch.randn(512, 1536)
-a @ b
-def matmul():
-    t = time.perf_counter()
-    for _ in range(10):
-        a @ b
-    return time.perf_counter() - t
-def python():
-    t = time.perf_counter()
-    d = {}
-    for i in range(2_000_000):
-        d[i % 1000] = d.get(i % 1000, 0) + i
-    "".join(str(i) for i in range(800_000))
-    return time.perf_counter() - t
-m = min(matmul() for _ in range(3))
-p = min(python() for _ in range(3))
-print(json.dumps({"matmul": m, "python": p}))
-'''
-
 
 def hard_budget_s() -> float:
     """`EV1_TEST_BUDGET_S`: a wall-clock limit that fails a test (0 or unset: none)."""
@@ -77,13 +51,12 @@ def budget_units() -> float:
 def measure_reference() -> dict | None:
     """Time the reference workload (seconds of each part), or None where it cannot run."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    try:
-        proc = subprocess.run([sys.executable, "-c", REFERENCE_CODE], capture_output=True, text=True,
+    try:  # a fresh interpreter: this process (xdist's master) imports no torch
+        proc = subprocess.run([sys.executable, "-m", "easyvideor1.speed"], capture_output=True, text=True,
                               env=env, timeout=600, check=True)
-        parts = json.loads(proc.stdout.strip().splitlines()[-1])
+        return json.loads(proc.stdout.strip().splitlines()[-1])
     except (OSError, subprocess.SubprocessError, ValueError, IndexError):
         return None
-    return {**parts, "unit": parts["matmul"] + parts["python"]}
 
 
 def _cpu_s(who: int | None = None) -> float:
@@ -157,8 +130,7 @@ def summary_lines(times: dict[str, float], reference: dict | None, wall_s: float
         unit = None
     else:
         unit = reference["unit"]
-        lines = [f"reference: 1 unit = {unit:.2f} s here (matmul {reference['matmul']:.2f} s + Python "
-                 f"{reference['python']:.2f} s, one thread)",
+        lines = [f"reference: {describe(reference)}",
                  f"suite: wall {_minutes(wall_s)} = {wall_s / unit:,.0f} units; CPU {cpu_s:,.0f} s = "
                  f"{cpu_s / unit:,.0f} units (the workers and every process they waited for)"]
     limit_s = limit_units * (unit or 0.8)

@@ -8,7 +8,7 @@ subprocesses the tests start inherit it.
 HF_HUB_OFFLINE=1: the tests use only models they build; nothing may wait on the network.
 EASYVIDEOR1_FUSED_ATTENTION=1: on a CUDA machine, packed attention refuses SDPA's MATH kernel, so
 a call that no fused kernel takes fails the test instead of silently using [H, L, L] scores.
-OMP_NUM_THREADS under pytest-xdist (`make test` runs two workers per core): the workers share the
+OMP_NUM_THREADS under pytest-xdist (`make test` runs a worker per core): the workers share the
 cores as torchrun's ranks do (easyvideor1.threads), cores // workers threads each, at least one,
 instead of a thread per core in every worker fighting over the cores. Set before torch is
 imported, like the rest.

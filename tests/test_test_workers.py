@@ -1,4 +1,4 @@
-"""`make test`'s worker count (scripts/test_workers.sh): two per core, at most one per 3 GiB of
+"""`make test`'s worker count (scripts/test_workers.sh): one per core, at most one per 3 GiB of
 available memory, at least one; TEST_WORKERS overrides it."""
 
 import os
@@ -20,13 +20,13 @@ def _workers(*args, cgroup=None):
 
 
 @pytest.mark.parametrize("cores, mem_kib, expected", [
-    (2, 24 * GIB_KIB, 4),      # this machine: two per core
+    (2, 24 * GIB_KIB, 2),      # this machine: one per core
     (64, 100 * GIB_KIB, 33),   # memory bounds it: 100 // 3
-    (2, 7 * GIB_KIB, 2),       # 7 // 3
+    (4, 7 * GIB_KIB, 2),       # 7 // 3
     (2, 2 * GIB_KIB, 1),       # under 3 GiB: still one
     (1, 0, 1),
 ])
-def test_two_per_core_bounded_by_memory(cores, mem_kib, expected):
+def test_one_per_core_bounded_by_memory(cores, mem_kib, expected):
     assert _workers(cores, mem_kib) == expected
 
 
@@ -38,15 +38,15 @@ def _files(root, files):
 
 
 @pytest.mark.parametrize("files, expected", [
-    # cgroup v2: 1.5 cores of quota -> 2 cores -> 4 workers; 8 GiB limit, 1 GiB used -> 7 // 3 = 2
+    # cgroup v2: 1.5 cores of quota -> 2 cores -> 2 workers; 8 GiB limit, 1 GiB used -> 7 // 3 = 2
     ({"cpu.max": "150000 100000", "memory.max": str(8 << 30), "memory.current": str(1 << 30)}, 2),
-    ({"cpu.max": "100000 100000", "memory.max": "max", "memory.current": "0"}, 2),  # one core
+    ({"cpu.max": "100000 100000", "memory.max": "max", "memory.current": "0"}, 1),  # one core
     ({"cpu.max": "max 100000", "memory.max": "max", "memory.current": "0"}, None),  # no limits
     # cgroup v1: -1 is no quota; a limit near 2^63 is no limit
     ({"cpu/cpu.cfs_quota_us": "-1", "cpu/cpu.cfs_period_us": "100000",
       "memory/memory.limit_in_bytes": str(5 << 30), "memory/memory.usage_in_bytes": "0"}, 1),
     ({"cpu/cpu.cfs_quota_us": "100000", "cpu/cpu.cfs_period_us": "100000",
-      "memory/memory.limit_in_bytes": "9223372036854771712", "memory/memory.usage_in_bytes": "0"}, 2),
+      "memory/memory.limit_in_bytes": "9223372036854771712", "memory/memory.usage_in_bytes": "0"}, 1),
 ])
 def test_a_containers_cgroup_limits_lower_it(tmp_path, files, expected):
     cgroup = _files(tmp_path / "cg", files)
