@@ -1,8 +1,9 @@
 """Sample files -> `Sample` records.
 
 Reads JSON arrays, JSONL and Parquet in the EasyR1/EasyVideoR1 schema, and the converted
-benchmark files EasyVideoR1 users already have (`path` for the video, `solution` for the
-ground truth, `image_path` for an extra image, `start`/`end` clip bounds), unchanged.
+benchmark files EasyVideoR1 users already have (`path` for the video, or for the image of a
+`data_type: image` record as Video-R1 writes it; `solution` for the ground truth, `image_path`
+for an extra image, `start`/`end` clip bounds), unchanged.
 Relative media paths resolve against a data root (default: the file's folder).
 
 Structural validation lives here (required fields, types); the checks that need other
@@ -165,8 +166,11 @@ def record_to_sample(raw: dict[str, Any], index: int, data_root: str | os.PathLi
     if not isinstance(problem_type, str) or not problem_type.strip():
         raise bad("missing 'problem_type' (e.g. 'multiple choice', 'numerical', 'temporal grounding')" +
                   typo_hint(raw, "problem_type"))
-    videos = _as_list(raw.get("videos", raw.get("video") if "path" not in raw else raw["path"]))
-    images = _as_list(raw.get("images", raw.get("image"))) + _as_list(raw.get("image_path"))
+    # Video-R1 names either kind of media `path`: the image of a `data_type: image` record, else a video
+    path_is_image = raw.get("data_type") == "image" and "path" in raw and not ("images" in raw or "image" in raw)
+    videos = _as_list(raw.get("videos", raw.get("video") if "path" not in raw or path_is_image else raw["path"]))
+    images = (_as_list(raw["path"] if path_is_image else raw.get("images", raw.get("image")))
+              + _as_list(raw.get("image_path")))
     data_type = raw.get("data_type") or ("video" if videos else "image" if images else "text")
     if data_type not in DATA_TYPES:
         raise bad(f"data_type {data_type!r} is not one of {', '.join(DATA_TYPES)}")
@@ -174,7 +178,7 @@ def record_to_sample(raw: dict[str, Any], index: int, data_root: str | os.PathLi
         raise bad("data_type is 'video' but the record names no video ('videos' or 'path')" +
                   typo_hint(raw, *names_of("videos")))
     if data_type == "image" and not images:
-        raise bad("data_type is 'image' but the record names no image ('images' or 'image_path')" +
+        raise bad("data_type is 'image' but the record names no image ('images', 'path' or 'image_path')" +
                   typo_hint(raw, *names_of("images")))
     for tag, media in (("<video>", videos), ("<image>", images)):
         if problem.count(tag) > len(media):

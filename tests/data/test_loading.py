@@ -172,3 +172,31 @@ def test_real_benchmark_files_load_every_record(path):
             assert (s.video_start, s.video_end) == (r["start"], r["end"])
         if r.get("options"):
             assert isinstance(s.options, list) and all(isinstance(o, str) for o in s.options)
+
+
+def test_video_r1_records_of_every_data_type_load_unchanged(tmp_path):
+    """Video-R1-260k's shapes: an image record names its image `path` (with `data_type: image`), a
+    video record its video; both load (issue 59, B2: the image record was refused) and check clean."""
+    import numpy as np
+    from PIL import Image
+
+    from easyvideor1.data.checks import check_file
+    from easyvideor1.vision.encode import write_video
+
+    Image.fromarray(np.zeros((56, 56, 3), np.uint8)).save(tmp_path / "geo.png")
+    write_video(tmp_path / "clip.mp4", np.zeros((8, 56, 56, 3), np.uint8), 4.0)
+    rows = [
+        {"problem_id": 1, "problem": "What is the angle? <image>", "data_type": "image", "problem_type": "numerical",
+         "options": [], "process": "", "solution": "<answer>30</answer>", "path": "./geo.png",
+         "data_source": "Geometry3K"},
+        {"problem_id": 2, "problem": "What happens? <video>", "data_type": "video", "problem_type": "multiple choice",
+         "options": ["A. rise", "B. fall"], "process": "", "solution": "<answer>B</answer>", "path": "./clip.mp4",
+         "data_source": "LLaVA-Video-178K"},
+    ]
+    data = tmp_path / "video_r1.json"
+    data.write_text(json.dumps(rows))
+    image, video = load_samples(data)
+    assert (image.images, image.videos, image.data_type) == ([str(tmp_path / "geo.png")], [], "image")
+    assert (video.videos, video.images, video.data_type) == ([str(tmp_path / "clip.mp4")], [], "video")
+    report = check_file(str(data))
+    assert (report.total, report.problems) == (2, []), report.problems
