@@ -80,8 +80,10 @@ COMMON_NEEDS: tuple[Need, ...] = (
 
 ENGINE_NEEDS: tuple[Need, ...] = COMMON_NEEDS + (
     Need("vllm.engine.arg_utils", "EngineArgs", "the arguments vllm.LLM passes on",
-         params=(*_ENGINE_ARGS, "enable_sleep_mode", "distributed_executor_backend"),
+         params=(*_ENGINE_ARGS, "enable_sleep_mode", "distributed_executor_backend", "enable_return_routed_experts"),
          allows=(("logprobs_mode", "processed_logprobs"), ("distributed_executor_backend", "external_launcher"))),
+    Need("vllm.outputs", "CompletionOutput", "each token's experts for routing replay ([tokens, layers, k])",
+         params=("routed_experts",)),
     Need("vllm", "LLM.generate", "generation and scoring", params=("use_tqdm",)),
     Need("vllm", "LLM.get_tokenizer", "the engine's tokenizer (banned ids)"),
     Need("vllm", "LLM.collective_rpc", "weight syncs (reload_weights on the workers)", params=("kwargs",)),

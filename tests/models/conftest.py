@@ -16,7 +16,9 @@ from easyvideor1.models.mrope import MRopeSpec, mrope_spec
 from easyvideor1.models.tiny import build_tiny_model
 
 # The MoE families run their own tests (test_linear_attention, test_routing_replay, test_vllm_moe,
-# tests/training/test_moe_families.py), which cover these paths on them; each generic test runs the dense four.
+# tests/training/test_moe_families.py), which cover these paths on them; each generic test runs the dense four,
+# and a few add a MoE family where its own code runs (`indirect` parametrization of `tiny`: the M-RoPE
+# oracles, packed and group-shared gradients with replayed routes).
 DENSE_FAMILIES = [name for name, f in MODEL_FAMILIES.items() if not f.moe]
 
 

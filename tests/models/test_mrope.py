@@ -9,6 +9,7 @@ import pytest
 import torch
 from model_media import make_image, make_sample, make_video
 
+from easyvideor1.models.families import MODEL_FAMILIES
 from easyvideor1.models.inputs import build_inputs
 from easyvideor1.models.mrope import (
     MRopeSpec,
@@ -21,6 +22,9 @@ from easyvideor1.models.mrope import (
 IMG, VID, VS, VE = 12, 13, 9, 10
 SPEC = MRopeSpec(image_token_id=IMG, video_token_id=VID, merge_size=2, tokens_per_second=2.0)
 SPEC_Q2 = MRopeSpec(image_token_id=IMG, video_token_id=VID, merge_size=2, tokens_per_second=1.0)
+# The oracle tests run every family: the MoE ones have their own transformers `get_rope_index` and
+# vLLM classes (conftest's `tiny` holds the dense four)
+ALL_FAMILIES = list(MODEL_FAMILIES)
 
 
 def test_qwen2_5_vl_text_after_video_continues_after_the_largest_id():
@@ -82,6 +86,7 @@ def _hf(tiny, got):
     return pos[:, 0]
 
 
+@pytest.mark.parametrize("tiny", ALL_FAMILIES, indirect=True)
 def test_images_agree_with_transformers(tiny):
     image = make_image(tiny.family, rows=2, cols=3)
     got = build_inputs(make_sample("i", [image]), [image], "hi", tiny.processor, tiny.family, tiny.spec)
@@ -94,6 +99,7 @@ def test_images_agree_with_transformers(tiny):
 TEXT_SHIFT = {"qwen2_vl": 2, "qwen2_5_vl": 11, "qwen3_vl": 0, "qwen3_5": 0, "qwen3_vl_moe": 0, "qwen3_5_moe": 0}
 
 
+@pytest.mark.parametrize("tiny", ALL_FAMILIES, indirect=True)
 def test_video_follows_vllm_where_transformers_differs(tiny):
     video = make_video(tiny.family, frames=8, fps=1.0)
     got = build_inputs(make_sample("v", [video]), [video], "hi", tiny.processor, tiny.family, tiny.spec)
@@ -131,11 +137,14 @@ def _vllm_features(tiny, got, input_ids):
     return feats
 
 
+@pytest.mark.parametrize("tiny", ALL_FAMILIES, indirect=True)
 def test_positions_equal_vllms_own_function(tiny):
     pytest.importorskip("vllm")
     from vllm.model_executor.models.qwen2_5_vl import Qwen2_5_VLForConditionalGeneration
     from vllm.model_executor.models.qwen2_vl import Qwen2VLForConditionalGeneration
+    from vllm.model_executor.models.qwen3_5 import Qwen3_5MoeForConditionalGeneration
     from vllm.model_executor.models.qwen3_vl import Qwen3VLForConditionalGeneration
+    from vllm.model_executor.models.qwen3_vl_moe import Qwen3VLMoeForConditionalGeneration
 
     video, image = make_video(tiny.family, frames=8, fps=1.0), make_image(tiny.family, rows=2, cols=3)
     video2 = make_video(tiny.family, frames=6, rows=1, cols=3, fps=3.0, step=2, seed=5)
@@ -146,7 +155,12 @@ def test_positions_equal_vllms_own_function(tiny):
     ids = got.input_ids.tolist()
     feats = _vllm_features(tiny, got, ids)
     config = tiny.model.config
-    if tiny.family.timestamps == "frame_text":  # Qwen3_5ForConditionalGeneration inherits this rule
+    moe = {"qwen3_vl_moe": Qwen3VLMoeForConditionalGeneration, "qwen3_5_moe": Qwen3_5MoeForConditionalGeneration}
+    if tiny.family.moe:  # the methods each MoE model class resolves to (vLLM's own inheritance)
+        model_cls = moe[tiny.family.name]
+        fake = SimpleNamespace(config=config, _get_mrope_input_positions=model_cls._get_mrope_input_positions)
+        pos, delta = model_cls.get_mrope_input_positions(fake, ids, feats)
+    elif tiny.family.timestamps == "frame_text":  # Qwen3_5ForConditionalGeneration inherits this rule
         pos, delta = Qwen3VLForConditionalGeneration._get_mrope_input_positions(ids, feats, config)
     else:
         cls = {"qwen2_vl": Qwen2VLForConditionalGeneration, "qwen2_5_vl": Qwen2_5_VLForConditionalGeneration}

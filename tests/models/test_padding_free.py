@@ -7,14 +7,15 @@ image, text and video+image prompts, groups of unequal size, responses of unequa
 empty). Micro-batches of 2 (video only, image + text, text only: both dummies), 3 (groups cut
 across micro-batches) and 10 (everything in one row), with the group-shared prefix off and on.
 Qwen3.5's linear-attention layers restart per block (`models.linear_attention`; its own tests:
-test_linear_attention.py).
+test_linear_attention.py). The gradient test runs Qwen3-VL-MoE too, replaying an engine's routes
+(`test_shared_prefix.engine_routes`) as the trainer does: packed rows carry them at each sequence's span.
 """
 
 from __future__ import annotations
 
 import pytest
 import torch
-from test_shared_prefix import _batch
+from test_shared_prefix import DENSE, _batch, engine_routes, replay, unreplayed_gap
 
 from easyvideor1.algorithms import AlgorithmConfig
 from easyvideor1.models.collate import collate
@@ -22,6 +23,7 @@ from easyvideor1.models.inputs import append_response
 from easyvideor1.models.loading import load_policy
 from easyvideor1.models.lora import ReferenceView, apply_lora
 from easyvideor1.models.packing import PACKED_ATTENTION, language_attention, packing_blocker, use_packed_attention
+from easyvideor1.models.routing import release
 from easyvideor1.rollout.hf_engine import HFEngine
 from easyvideor1.models.logprobs import sequence_logprobs
 from easyvideor1.rollout.base import SamplingParams
@@ -41,7 +43,7 @@ GRAD_RTOL, GRAD_ATOL = 1e-4, 1e-5
 
 def _ctx(tiny, packed: bool, micro: int, shared: bool = False) -> ForwardContext:
     return ForwardContext(tiny.family, tiny.spec, tiny.pad_id, micro_batch_size=micro, temperature=1.0,
-                          chunk_size=7, shared_prefix=shared, padding_free=packed)
+                          chunk_size=7, shared_prefix=shared, padding_free=packed, **replay(tiny))
 
 
 def _pass(model, tiny, batch, packed: bool, micro: int, shared: bool = False, grad: bool = False, reference=None):
@@ -56,6 +58,8 @@ def _pass(model, tiny, batch, packed: bool, micro: int, shared: bool = False, gr
         if grad:
             w = torch.arange(1, logp.numel() + 1, dtype=torch.float32).reshape(logp.shape) / logp.numel()
             ((logp * w).sum() + 0.1 * ent.sum()).backward()
+            if tiny.family.moe:
+                release(model)  # the routes served the backward (as `training.update` does)
         parts.append((logp.detach(), ent.detach(), None if kl is None else kl.detach()))
     grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None} if grad else {}
     kl = torch.cat([p[2] for p in parts]) if reference is not None else None
@@ -98,10 +102,13 @@ def test_packed_rows_hold_no_padding(tiny):
         assert len(packed.packing.blocks) == len(idx) + dummies
 
 
-@pytest.mark.parametrize("checkpointing", [False, True], ids=["plain", "checkpointed"])
+@pytest.mark.parametrize("tiny, checkpointing",
+                         [(f, c) for f in DENSE for c in (False, True)] + [("qwen3_vl_moe", False)],
+                         ids=lambda v: v if isinstance(v, str) else "checkpointed" if v else "plain", indirect=["tiny"])
 def test_gradients_equal_the_padded_path(tiny, tiny_dirs, checkpointing):
     """Groups cut across micro-batches, shared prefix off and on; with gradient checkpointing the
-    decoder layers recompute their forward in backward, which must receive the packing too."""
+    decoder layers recompute their forward in backward, which must receive the packing too.
+    Qwen3-VL-MoE (plain) replays an engine's routes, placed at each sequence's span of a packed row."""
     _packable(tiny)
     model = tiny.model
     if checkpointing:
@@ -109,10 +116,14 @@ def test_gradients_equal_the_padded_path(tiny, tiny_dirs, checkpointing):
         use_packed_attention(model)
         assert model.is_gradient_checkpointing
     batch = _batch(tiny)
+    if tiny.family.moe:
+        engine_routes(tiny, batch)
     for shared in (False, True):
-        _, _, _, padded = _pass(model, tiny, batch, False, 3, shared, grad=True)
+        logp, _, _, padded = _pass(model, tiny, batch, False, 3, shared, grad=True)
         _, _, _, packed = _pass(model, tiny, batch, True, 3, shared, grad=True)
         assert set(padded) == set(packed) and any("visual" in n for n in padded)
+        if tiny.family.moe:  # the routes are in effect: routed on its own, the model scores otherwise
+            assert any(".mlp.experts." in n for n in padded) and unreplayed_gap(tiny, batch, logp) > 1e-3
         for name, g in padded.items():
             torch.testing.assert_close(packed[name], g, rtol=GRAD_RTOL, atol=GRAD_ATOL, msg=lambda m: f"{name}: {m}")
     model.zero_grad(set_to_none=True)

@@ -14,6 +14,7 @@ import pytest
 import torch
 from transformers.models.qwen3_vl_moe.modeling_qwen3_vl_moe import load_balancing_loss_func
 
+from easyvideor1.config_tree import ConfigError
 from easyvideor1.models.collate import collate
 from easyvideor1.models.families import get_family
 from easyvideor1.models.inputs import build_inputs
@@ -190,3 +191,16 @@ def test_vllm_routes_become_rollout_routes():
     assert routes.dtype == torch.int16 and routes.shape == (6, 2, 2)
     assert torch.equal(routes[:5].long(), given) and (routes[5] == ROUTE_FREE).all()
     assert routes_from_vllm(None, 3, 3) is None
+
+
+def test_replay_under_sequence_parallelism_is_refused(moe):
+    """A row split over sequence-parallel ranks is routed by share, which recorded routes do not follow
+    yet: `algorithm.routing_replay=rollout` stops at set-up in one line naming both settings (what
+    `training.setup` raises under `training.sequence_parallel_size > 1`); `none` trains under SP
+    (tests/models/test_ulysses.py runs Qwen3-VL-MoE so) with no router metrics."""
+    with pytest.raises(ConfigError) as refused:
+        router_settings("rollout", moe.model, sequence_parallel=True)
+    assert str(refused.value) == ("algorithm.routing_replay=rollout does not support training.sequence_parallel_size "
+                                  "> 1 yet; set algorithm.routing_replay=none or training.sequence_parallel_size=1")
+    assert router_settings("none", moe.model, sequence_parallel=True) == (None, False)
+    assert router_settings("rollout", moe.model) == ((2, 2), True)

@@ -5,28 +5,36 @@ Tiny models of every family, float32; a batch that mixes video, image, video+ima
 prompts (so the dummy vision block is exercised by micro-batches that lack a modality), groups of
 unequal size with responses of unequal length (one empty, as in padding groups), and a
 micro-batch split that cuts a group. Qwen3.5's linear-attention layers run each response from its
-prompt's state (`models.linear_attention`; its own tests: test_linear_attention.py).
+prompt's state (`models.linear_attention`; its own tests: test_linear_attention.py). The gradient
+test runs Qwen3.5-MoE too, replaying an engine's routes (`engine_routes`) as the trainer does.
 """
 
 from __future__ import annotations
+
+import copy
 
 import pytest
 import torch
 from model_media import make_image, make_sample, make_video
 
 from easyvideor1.algorithms import AlgorithmConfig
+from easyvideor1.models.collate import collate
+from easyvideor1.models.families import MODEL_FAMILIES
 from easyvideor1.models.inputs import build_inputs
 from easyvideor1.models.packing import PaddedRows, use_packed_attention
+from easyvideor1.models.routing import perturb_selection, recording, release, router_settings
 from easyvideor1.models.shared_prefix import shared_prefix_blocker
 from easyvideor1.prompts import Prompt
 from easyvideor1.records import Rollout
 from easyvideor1.training.sequences import (ForwardContext, collate_responses, forward_logprobs, make_batch,
-                                           micro_batches)
+                                           micro_batches, sequence_inputs)
 from easyvideor1.training.update import policy_update
 from step_gradients import one_step_gradients, record_step_gradients
 
 # Same tokens, same weights, only the summation order of attention and matmuls differs.
 LOGPROB_TOL = 1e-5
+DENSE = [name for name, f in MODEL_FAMILIES.items() if not f.moe]  # conftest's `tiny` families
+NOISE = 0.05  # the engine's selection noise (test_routing_replay.py): ~18% of (token, layer) routes differ
 
 
 def _batch(tiny):
@@ -46,9 +54,40 @@ def _batch(tiny):
     return make_batch(prompts, groups)
 
 
+def engine_routes(tiny, batch) -> None:
+    """MoE: give each response the routes an engine that routes otherwise (`perturb_selection`)
+    recorded over its prompt + response. Replayed (`replay`), they pick the experts, so a route at the
+    wrong token or row moves log-probs and gradients, which the router's own choice would not."""
+    engine = copy.deepcopy(tiny.model)
+    perturb_selection(engine, NOISE, seed=3)
+    ctx = ForwardContext(tiny.family, tiny.spec, tiny.pad_id, micro_batch_size=batch.size, temperature=1.0)
+    mb = collate(sequence_inputs(batch, list(range(batch.size)), ctx), tiny.family, tiny.spec, tiny.pad_id)
+    with torch.no_grad(), recording(engine) as recorder:
+        engine(**mb.model_kwargs())
+        routes = recorder.take(tuple(mb.input_ids.shape))  # [B, L, layers, k]
+    for r, (row, start, end) in zip(batch.rollouts, mb.seq_spans):
+        r.routes = routes[row, start:end]
+
+
+def unreplayed_gap(tiny, batch, logp) -> float:
+    """The largest gap between replayed log-probs `logp` [N, T] and those of the model routing on its
+    own: > 1e-3 where the routes are in effect."""
+    own = ForwardContext(tiny.family, tiny.spec, tiny.pad_id, micro_batch_size=batch.size, temperature=1.0)
+    with torch.no_grad():
+        unreplayed = forward_logprobs(tiny.model, batch, list(range(batch.size)), own)[0]
+    return float((unreplayed - logp)[batch.response_mask].abs().max())
+
+
+def replay(tiny) -> dict:
+    """The context fields of the trainer's default for a MoE model (`algorithm.routing_replay=rollout`)."""
+    if not tiny.family.moe:
+        return {}
+    return {"router_shape": router_settings("rollout", tiny.model)[0], "routing_replay": True}
+
+
 def _ctx(tiny, shared: bool, micro: int) -> ForwardContext:
     return ForwardContext(tiny.family, tiny.spec, tiny.pad_id, micro_batch_size=micro, temperature=1.0,
-                          chunk_size=7, shared_prefix=shared)
+                          chunk_size=7, shared_prefix=shared, **replay(tiny))
 
 
 def _pass(tiny, batch, shared: bool, micro: int, grad: bool = False):
@@ -62,6 +101,8 @@ def _pass(tiny, batch, shared: bool, micro: int, grad: bool = False):
         if grad:  # a loss that weighs every token differently, so a misplaced token shows
             w = torch.arange(1, logp.numel() + 1, dtype=torch.float32).reshape(logp.shape) / logp.numel()
             ((logp * w).sum() + 0.1 * ent.sum()).backward()
+            if tiny.family.moe:
+                release(model)  # the routes served the backward (as `training.update` does)
         parts.append((logp.detach(), ent.detach()))
     grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None} if grad else {}
     return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts]), grads
@@ -100,12 +141,20 @@ def _shares(tiny) -> None:
     assert shared_prefix_blocker(tiny.model.config) is None
 
 
+@pytest.mark.parametrize("tiny", [*DENSE, "qwen3_5_moe"], indirect=True)
 def test_gradients_equal_the_plain_path(tiny):
+    """Qwen3.5-MoE (Gated DeltaNet, gated shared expert, routed experts) replays an engine's routes:
+    a group row takes its prompt's routes once and each response's own after them."""
     _shares(tiny)
     batch = _batch(tiny)
-    _, _, plain = _pass(tiny, batch, False, 3, grad=True)
+    if tiny.family.moe:
+        engine_routes(tiny, batch)
+    logp, _, plain = _pass(tiny, batch, False, 3, grad=True)
     _, _, shared = _pass(tiny, batch, True, 3, grad=True)
     assert set(plain) == set(shared) and any("visual" in n for n in plain)
+    if tiny.family.moe:  # the routes are in effect: routed on its own, the model scores otherwise
+        assert any(".mlp.experts." in n for n in plain) and any(".mlp.gate." in n for n in plain)
+        assert unreplayed_gap(tiny, batch, logp) > 1e-3
     for name, g in plain.items():
         torch.testing.assert_close(shared[name], g, rtol=1e-4, atol=1e-6, msg=lambda m: f"{name}: {m}")
 

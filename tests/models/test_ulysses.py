@@ -4,7 +4,7 @@ log-probs and 3 SGD steps under SP equal to one process without it (real torchru
 a packed video + text + image + video/image row; the text prompt's response calls a tool, so a
 clip comes back mid-sequence and the tool turn sits inside the response, outside the loss).
 Qwen3.5 runs at the "medium" size: its linear-attention layers split by key heads, and the tiny
-size has one."""
+size has one. Qwen3-VL-MoE runs in Qwen3-VL's launches (`RIDERS`)."""
 
 from __future__ import annotations
 
@@ -28,6 +28,10 @@ import forkserver  # noqa: E402  (the subprocesses start with torch & co. import
 HERE = Path(__file__).parent
 TIMEOUT_S = 1800  # ends a hang; these runs take seconds to a minute on 2 busy cores
 SP_FAMILIES = ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_5"]
+# A family that rides another's launches (the same processes, no torchrun of its own): Qwen3-VL-MoE
+# with its dense twin, as the trainer runs it under SP (routing_replay=none: HF's own routers, no
+# routes; replay is refused, tests/models/test_routing_replay.py).
+RIDERS = {"qwen3_vl": ["qwen3_vl_moe"]}
 
 
 @pytest.fixture(scope="module")
@@ -123,7 +127,7 @@ def test_collectives_round_trip():
     _run([HERE / "ulysses_collectives_worker.py"], procs=2)
 
 
-def _compare(model_dir, one, many, vision_moves: bool = True):
+def _compare(model_dir, one, many, vision_moves: bool = True, name: str = ""):
     a, b = torch.load(one, weights_only=False), torch.load(many, weights_only=False)
     assert a["attention"]["problems"] == b["attention"]["problems"] == []  # a fused CUDA kernel takes every call
     fa, fb = a["first"], b["first"]
@@ -139,25 +143,35 @@ def _compare(model_dir, one, many, vision_moves: bool = True):
     moved = {}
     for key in pa:
         # 3 SGD steps at lr 1: a gradient off by the SP size (a factor) moves them by ~|step| >> atol
-        torch.testing.assert_close(pb[key], pa[key], rtol=1e-4, atol=1e-5, msg=key)
+        torch.testing.assert_close(pb[key], pa[key], rtol=1e-4, atol=1e-5, msg=lambda m: f"{name} {key}: {m}")
         moved[key] = (pa[key] - initial[key]).abs().max().item() > 1e-3
     text = [k for k in moved if "visual" not in k]
     assert sum(moved[k] for k in text) > len(text) // 2  # most tensors moved, far beyond the tolerance
     # the tower learns from real vision tokens; from masked dummies alone its gradient is exactly 0
     assert any(moved[k] for k in moved if "visual" in k) == vision_moves
+    return moved
 
 
 @pytest.mark.parametrize("name", SP_FAMILIES)
 def test_sp2_equals_one_process(tiny_dirs, request, tmp_path, name):
     """2 gloo processes with sequence_parallel_size 2 (FSDP2 over both) == 1 process, no SP:
     log-probs and entropies, and the parameters after 3 SGD steps (Qwen3.5: each rank runs the
-    linear-attention layers' conv and recurrence for 1 of 2 key heads and 2 of 4 value heads)."""
-    model = request.getfixturevalue("medium_dirs")[name] if name == "qwen3_5" else tiny_dirs[name]
+    linear-attention layers' conv and recurrence for 1 of 2 key heads and 2 of 4 value heads).
+    Qwen3-VL-MoE rides Qwen3-VL's launches: each rank routes its share of the row, and the grouped
+    experts (sharded on dim 0 by FSDP2) and the routers train as in one process."""
+    families = [name, *RIDERS.get(name, [])]
+    models = [request.getfixturevalue("medium_dirs")[f] if f == "qwen3_5" else tiny_dirs[f] for f in families]
+    one, sp2 = ([tmp_path / f"{f}-{kind}.pt" for f in families] for kind in ("one", "sp2"))
     worker = HERE / "ulysses_worker.py"
-    _run([worker, name, model, tmp_path / "one.pt", 1])
-    _run([worker, name, model, tmp_path / "sp2.pt", 2], procs=2)
-    _compare(model, tmp_path / "one.pt", tmp_path / "sp2.pt")
-    assert torch.load(tmp_path / "one.pt", weights_only=False)["first"]["length"] % 2 == 1  # a pad block was added
+    joined = lambda items: ",".join(map(str, items))
+    _run([worker, joined(families), joined(models), joined(one), 1])
+    _run([worker, joined(families), joined(models), joined(sp2), 2], procs=2)
+    for family, model, a, b in zip(families, models, one, sp2):
+        moved = _compare(model, a, b, name=family)
+        assert torch.load(a, weights_only=False)["first"]["length"] % 2 == 1  # a pad block was added
+        if get_family(family).moe:  # every layer's experts and router, beyond the tolerance
+            for part in (".mlp.experts.gate_up_proj", ".mlp.experts.down_proj", ".mlp.gate.weight"):
+                assert all(moved[k] for k in moved if part in k) and any(part in k for k in moved), part
 
 
 def test_sp4_empty_vision_shares_and_repeated_kv_heads(tmp_path):

@@ -4,6 +4,8 @@ mid-sequence, outside the loss), then 3 SGD steps on its token-mean loss.
 
     python ulysses_worker.py FAMILY MODEL_DIR OUT.pt SP_SIZE [DP_SIZE] [text]
 
+FAMILY, MODEL_DIR and OUT.pt may be comma-separated lists of one length: the models run one after
+the other in the same processes (a second family costs no launch of its own).
 World = DP_SIZE x SP_SIZE (1 x 1: one process, no group, plain packed attention). The global
 batch (4 sequences) is split over the data-parallel ranks as the trainer splits prompts; the
 ranks of a sequence-parallel group hold the same sequences. Rank 0 writes the first pass's
@@ -71,20 +73,28 @@ def sequences(family, processor, spec, text_only: bool = False):
 
 
 def main():
-    family_name, model_dir, out_path, sp_size = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+    families, model_dirs, out_paths = (sys.argv[k].split(",") for k in (1, 2, 3))
+    sp_size = int(sys.argv[4])
     dp_size = int(sys.argv[5]) if len(sys.argv) > 5 else 1
     text_only = len(sys.argv) > 6 and sys.argv[6] == "text"
-    torch.manual_seed(0)
     rank, world, device = init_distributed()
     assert world == dp_size * sp_size, (world, dp_size, sp_size)
+    assert len(families) == len(model_dirs) == len(out_paths), sys.argv[1:4]
+    group = distributed.new_subgroups(sp_size) if sp_size > 1 else None
+    for family_name, model_dir, out_path in zip(families, model_dirs, out_paths):
+        run(family_name, model_dir, out_path, rank, world, device, group, sp_size, dp_size, text_only)
+    distributed.close()
+
+
+def run(family_name, model_dir, out_path, rank, world, device, group, sp_size, dp_size, text_only):
+    torch.manual_seed(0)
     family = get_family(family_name)
     model = load_policy(model_dir, dtype="float32")
     processor = load_processor(model_dir)
     spec = mrope_spec(model.config)
     sp = None
     if sp_size > 1:
-        sp = SequenceParallel(distributed.new_subgroups(sp_size), rank % sp_size, sp_size,
-                              processor.tokenizer.pad_token_id)
+        sp = SequenceParallel(group, rank % sp_size, sp_size, processor.tokenizer.pad_token_id)
         use_ulysses_attention(model)
     else:
         use_packed_attention(model)
@@ -113,7 +123,6 @@ def main():
     params = full_state_dict(model) if world > 1 else {k: v.detach().clone() for k, v in model.state_dict().items()}
     if rank == 0:
         torch.save({"first": first, "params": params, "attention": attention}, out_path)
-    distributed.close()
 
 
 if __name__ == "__main__":

