@@ -63,23 +63,50 @@ def pytest_configure(config):
         config.pluginmanager.register(budget, "budget")
 
 
-@pytest.fixture(autouse=True)
-def _no_process_group_left(request):
-    """A test that leaves a torch.distributed process group alive in the worker fails (and the
-    group is destroyed, so the next test starts clean): a group inherited by a later test's forked
-    process crashed it (issue 54, a segfault in `~ProcessGroupGloo`). In-process training leaves
-    its groups with `easyvideor1.distributed.close()`, as `cli.main` does."""
-    yield
-    dist = sys.modules.get("torch.distributed")  # a test that never imported it made no group
-    if dist is None or not dist.is_available() or not dist.is_initialized():
-        return
+def _process_group_alive() -> bool:
+    dist = sys.modules.get("torch.distributed")  # a process that never imported it made no group
+    return dist is not None and dist.is_available() and dist.is_initialized()
+
+
+def _leave_process_groups() -> None:
+    import torch.distributed as dist
+
     from easyvideor1 import distributed
 
     distributed.close()
     if dist.is_initialized():
         dist.destroy_process_group()
-    pytest.fail(f"{request.node.nodeid} left a torch.distributed process group alive: leave it in the test "
-                f"(easyvideor1.distributed.close(), or dist.destroy_process_group())", pytrace=False)
+
+
+def _left_a_group(what: str) -> str:
+    return (f"{what} left a torch.distributed process group alive (destroyed now, so the next test starts "
+            f"clean): leave it where it was made (easyvideor1.distributed.close(), or dist.destroy_process_group(); "
+            f"an in-process vLLM engine leaves its group at engine.close())")
+
+
+# A test or a module that leaves a torch.distributed process group alive in the worker fails: a
+# group inherited by a later test's forked process crashed it (issue 54: a segfault in
+# `~ProcessGroupGloo` in a cache worker). A test body is checked around its call (a group its
+# fixtures hold, such as an in-process vLLM engine's, was there before it and stays); a module
+# after its last fixture is torn down. In-process training leaves its groups with
+# `easyvideor1.distributed.close()`, as `cli.main` does.
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    before = _process_group_alive()
+    result = yield
+    if not before and _process_group_alive():
+        _leave_process_groups()
+        raise AssertionError(_left_a_group(f"the test {item.nodeid}"))
+    return result
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _no_process_group_left_by_the_module(request):
+    before = _process_group_alive()
+    yield
+    if not before and _process_group_alive():
+        _leave_process_groups()
+        pytest.fail(_left_a_group(f"the module {request.node.nodeid} (a fixture of it)"), pytrace=False)
 
 
 @pytest.fixture
