@@ -152,21 +152,32 @@ def _compare(model_dir, one, many, vision_moves: bool = True, name: str = ""):
     return moved
 
 
-@pytest.mark.parametrize("name", SP_FAMILIES)
-def test_sp2_equals_one_process(tiny_dirs, request, tmp_path, name):
-    """2 gloo processes with sequence_parallel_size 2 (FSDP2 over both) == 1 process, no SP:
-    log-probs and entropies, and the parameters after 3 SGD steps (Qwen3.5: each rank runs the
-    linear-attention layers' conv and recurrence for 1 of 2 key heads and 2 of 4 value heads).
-    Qwen3-VL-MoE rides Qwen3-VL's launches: each rank routes its share of the row, and the grouped
-    experts (sharded on dim 0 by FSDP2) and the routers train as in one process."""
-    families = [name, *RIDERS.get(name, [])]
-    models = [request.getfixturevalue("medium_dirs")[f] if f == "qwen3_5" else tiny_dirs[f] for f in families]
-    one, sp2 = ([tmp_path / f"{f}-{kind}.pt" for f in families] for kind in ("one", "sp2"))
+@pytest.fixture(scope="module")
+def sp2_runs(tiny_dirs, medium_dirs, tmp_path_factory):
+    """Every family of `SP_FAMILIES` (and their `RIDERS`) in one process without SP and in one
+    torchrun of 2 with SP 2: family -> (model, one-process result, SP result). One launch pair for
+    all of them (was a pair per family: each launch pays a torchrun, its ranks, gloo and FSDP2 set-up;
+    the worker runs the families one after another in the same processes)."""
+    families = [f for name in SP_FAMILIES for f in (name, *RIDERS.get(name, []))]
+    models = [medium_dirs[f] if f == "qwen3_5" else tiny_dirs[f] for f in families]
+    out = tmp_path_factory.mktemp("sp2_runs")
+    one, sp2 = ([out / f"{f}-{kind}.pt" for f in families] for kind in ("one", "sp2"))
     worker = HERE / "ulysses_worker.py"
     joined = lambda items: ",".join(map(str, items))
     _run([worker, joined(families), joined(models), joined(one), 1])
     _run([worker, joined(families), joined(models), joined(sp2), 2], procs=2)
-    for family, model, a, b in zip(families, models, one, sp2):
+    return {f: (m, a, b) for f, m, a, b in zip(families, models, one, sp2)}
+
+
+@pytest.mark.parametrize("name", SP_FAMILIES)
+def test_sp2_equals_one_process(sp2_runs, name):
+    """2 gloo processes with sequence_parallel_size 2 (FSDP2 over both) == 1 process, no SP:
+    log-probs and entropies, and the parameters after 3 SGD steps (Qwen3.5: each rank runs the
+    linear-attention layers' conv and recurrence for 1 of 2 key heads and 2 of 4 value heads).
+    Qwen3-VL-MoE rides with Qwen3-VL: each rank routes its share of the row, and the grouped
+    experts (sharded on dim 0 by FSDP2) and the routers train as in one process."""
+    for family in (name, *RIDERS.get(name, [])):
+        model, a, b = sp2_runs[family]
         moved = _compare(model, a, b, name=family)
         assert torch.load(a, weights_only=False)["first"]["length"] % 2 == 1  # a pad block was added
         if get_family(family).moe:  # every layer's experts and router, beyond the tolerance
