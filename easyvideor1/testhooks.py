@@ -15,6 +15,11 @@ temporary file written, before its rename), `cache.merge` (inside the cache fold
 between reading and writing the manifest, then the failures). `trainer.logprobs` (armed, not
 hit: `trainer.logprobs:1:save`) saves each step's behaviour, old and reference log-probs to the
 run folder, so tests/training/test_async_training.py can show which weights generated a batch.
+`partial.arrival` (the rollout side of `rollout.partial_tokens=0`, passed once per batch it
+generates) places trainer rank 0's word that it sends the batch's next weights: `decode=N` N decode
+steps into the batch (hidden before, waited for there: a switch at token N), `after` once the
+batch's generation has ended (the next batch takes them first). `partial.arrival:2:after` holds
+them back from this process's 2nd batch.
 
 One point plants a bug instead: named (`loader.set_order:1:on`; count and action unread),
 `loader.set_order` makes the prompt loader order the samples as a `set` of their ids iterates,
@@ -39,21 +44,27 @@ def armed(point: str) -> bool:
     return f"{point}:" in os.environ.get(ENV, "")
 
 
-def hit(point: str) -> None:
-    """Pass named point `point`: pause or die here if the environment asks for it."""
+def action(point: str) -> str | None:
+    """Pass named point `point`: the action the environment names for this pass (None: none)."""
     spec = os.environ.get(ENV)
     if not spec:
-        return
+        return None
     _counts[point] = _counts.get(point, 0) + 1
     for rule in spec.split(","):
-        name, nth, action = rule.split(":", 2)
-        if name != point or int(nth) != _counts[point]:
-            continue
-        if action == "kill":
-            sys.stdout.flush(), sys.stderr.flush()
-            os.kill(os.getpid(), signal.SIGKILL)
-        elif action.startswith("sleep="):
-            time.sleep(float(action.split("=", 1)[1]))
+        name, nth, act = rule.split(":", 2)
+        if name == point and int(nth) == _counts[point]:
+            return act
+    return None
+
+
+def hit(point: str) -> None:
+    """Pass named point `point`: pause or die here if the environment asks for it."""
+    act = action(point)
+    if act == "kill":
+        sys.stdout.flush(), sys.stderr.flush()
+        os.kill(os.getpid(), signal.SIGKILL)
+    elif act is not None and act.startswith("sleep="):
+        time.sleep(float(act.split("=", 1)[1]))
 
 
 def set_order(keys: list[str]) -> list[int]:

@@ -279,7 +279,7 @@ def test_one_step_stale_uses_decoupled_ppo_and_resumes_exactly(setup):
     first 6 tokens come from the weights after step s-2 and the rest from those after step s-1,
     each token's log-prob its version's, and a run SIGKILLed after its step-2 checkpoint and
     resumed ends with the parameters of an uninterrupted run. Switching as the weights arrive
-    (partial_tokens 0), each token is still sampled from its recorded version."""
+    (partial_tokens 0), each token is still sampled from its recorded version: the next test."""
     root, model, data = setup
     steps = 4
     # a reference (the base model) and old log-probs every step (the parity check): the trainer's
@@ -328,6 +328,30 @@ def test_one_step_stale_uses_decoupled_ppo_and_resumes_exactly(setup):
     b = load_file(str(root / "k1p_killed" / "hf_model" / "model.safetensors"))
     for n in a:
         assert torch.equal(a[n], b[n]), n
+
+
+def test_partial_rollouts_switch_as_the_weights_arrive(setup):
+    """k = 1, 3 steps, partial rollouts switching as each weight sync arrives (partial_tokens 0),
+    the arrivals placed by the `partial.arrival` test hook (timing puts them anywhere, or nowhere, in
+    a run this small). Batch 2's next weights (after step 1) come after its generation: all its
+    tokens are the base model's, and the rollout side, not waiting at the batch's end, takes them
+    before batch 3. Batch 3's next ones (after step 2) come 6 decode steps in: its first 6 tokens are
+    from the weights after step 1, the rest from those after step 2. Each token's behaviour log-prob
+    is its recorded version's."""
+    root, model, data = setup
+    witness = {"algorithm__disable_kl": False, "rollout__parity_check_every": 1}  # ref and old log-probs saved
+    hooks = "trainer.logprobs:1:save,partial.arrival:2:after,partial.arrival:3:decode=6"
+    arrival = {"rollout__partial": True, "rollout__partial_tokens": 0, **witness}
+    _finish(_train(_async_config(root, model, data, "k1a", 3, **arrival), env=ENV | {"EASYVIDEOR1_TEST_HOOK": hooks}))
+    (one, gaps1), (two, gaps2), (three, gaps3) = (_partial_gaps(root / "k1a", s, head=6) for s in (1, 2, 3))
+    assert (one, two, three) == (({0}, {0}), ({0}, {0}), ({1}, {2}))  # the versions of head and tail
+    assert gaps1[0][0] < 1e-4 and gaps2[0][1] < 1e-4, (gaps1, gaps2)  # batch 1 on-policy; batch 2 the base's ...
+    assert gaps2[0][0] > 1e-3, gaps2  # ... not the weights after step 1 (its proximal policy)
+    assert gaps3[2][0] < 1e-4, gaps3  # batch 3's tail: the weights after step 2, its proximal policy
+    assert gaps3[1][0] > 1e-3 and gaps3[1][1] > 1e-3, gaps3  # its head: neither those nor the base's
+    rows = read_metrics(root / "k1a" / "metrics.jsonl")
+    assert [r["async/staleness_max"] for r in rows] == [0.0, 1.0, 1.0]
+    assert rows[1]["async/staleness_mean"] == 1.0 and 0.0 < rows[2]["async/staleness_mean"] < 1.0, rows
 
 
 def _rollout_pids(proc, n) -> list[int]:
@@ -407,26 +431,33 @@ def vllm_env(setup):
 
 @pytest.fixture(scope="module")
 def vllm_separate(setup, vllm_env):
-    """The vLLM run with one rollout process."""
+    """The vLLM run with 2 rollout processes started by the trainer, one rank each of a vLLM pool
+    (vLLM's external_launcher on the pool's own process group, an engine each at
+    tensor_parallel_size 1, each generating half of every batch with the responses' own seeds)."""
     root, model, data = setup
-    _finish(_train(_vllm_config(root, model, data, "vllm"), env=vllm_env), timeout=900)
+    env = vllm_env | {"OMP_NUM_THREADS": "1"}  # 3 processes on the 2 cores (as the torchrun test below)
+    out = _finish(_train(_vllm_config(root, model, data, "vllm", processes=2), env=env), timeout=900)
+    assert "rollout process 0 (pid" in out and "rollout process 1 (pid" in out
+    assert out.count("tensor_parallel_size=1") == 2, out[-4000:]  # vLLM's engine config: an engine per process
+    assert "Traceback" not in out  # each engine shut down before its pool's group was left, not at exit
     return root / "vllm"
 
 
 @pytest.mark.vllm
 def test_separate_with_the_vllm_engine(vllm_separate):
-    """The rollout process runs vLLM (float32): step 2's responses come from the broadcast
-    weights of step 1, so their log-probs match the trainer's within float32 noise."""
+    """2 rollout processes, a vLLM engine (float32) each: step 2's responses, half from each engine,
+    come from the broadcast weights of step 1, so their log-probs match the trainer's within float32
+    noise (an engine that missed a sync would not)."""
     rows = read_metrics(vllm_separate / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2]
     gaps = [v for r in rows for k, v in r.items() if k.startswith("parity/max_gap/")]
     assert gaps and max(gaps) < 1e-4
 
 
-def _equals_one_vllm_process(one, out, base):
-    """The run in `out` generated what the one-process vLLM run `one` generated (the same first group's
-    responses each step, `examples.jsonl`, and the same response, reward and hybrid metrics) and ended at
-    its parameters. Measured equal bit for bit; vLLM's batches differ (float32 sums in another order
+def _equals_vllm_run(one, out, base):
+    """The run in `out` generated what the vLLM run `one` generated (the same first group's responses
+    each step, `examples.jsonl`, and the same response, reward and hybrid metrics) and ended at its
+    parameters. Measured equal bit for bit; vLLM's batches differ (float32 sums in another order
     may), so within rtol 1e-4, atol 1e-5. The log-prob parity of every step holds in `out` too: each
     rollout process's engine took every weight sync."""
     a, b = (load_file(str(d / "hf_model" / "model.safetensors")) for d in (one, out))
@@ -450,8 +481,8 @@ def test_torchrun_two_vllm_rollout_ranks_one_tensor_parallel_engine(setup, vllm_
     """torchrun with 3 processes, rollout.processes=2 and rollout.tensor_parallel_size=2: rank 0
     trains, ranks 1-2 are the pool and one vLLM engine over both (external_launcher sees the pool's
     ranks 0-1, not torchrun's 1-2; each rank's half of the responses exchanged within the engine):
-    the responses and parameters of one vLLM rollout process (tensor-parallel sums: measured 5e-6
-    apart), and every rank exits 0."""
+    the responses and parameters of the spawned pool of two engines at tensor_parallel_size 1
+    (`vllm_separate`; tensor-parallel sums: measured 5e-6 apart), and every rank exits 0."""
     root, model, data = setup
     cfg = _vllm_config(root, model, data, "vllm_torchrun2", processes=2, tensor_parallel_size=2)
     p = forkserver.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "3",
@@ -461,4 +492,4 @@ def test_torchrun_two_vllm_rollout_ranks_one_tensor_parallel_engine(setup, vllm_
     for rank in (1, 2):
         assert f"rollout rank {rank}: serving 1 trainer rank(s) from step 0" in p.stderr
     assert (p.stdout + p.stderr).count("tensor_parallel_size=2") == 2  # vLLM's engine config, on each pool rank
-    _equals_one_vllm_process(vllm_separate, root / "vllm_torchrun2", model)
+    _equals_vllm_run(vllm_separate, root / "vllm_torchrun2", model)

@@ -52,7 +52,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from easyvideor1 import distributed
+from easyvideor1 import distributed, testhooks
 from easyvideor1.config import Config
 from easyvideor1.models.families import family_of
 from easyvideor1.models.loading import load_policy, load_processor
@@ -176,6 +176,19 @@ def token_staleness(scored: ScoredGroups, step: int, version: int) -> tuple[floa
     return sum(ages) / len(ages), float(max(ages))
 
 
+def arrival_at(placed: str, switches: WeightSwitches, weights: WeightReceiver):
+    """Test hook `partial.arrival` (`testhooks`): `switches.arrived` as if trainer rank 0's word came
+    `decode=N` decode steps into the batch (waited for there) or `after` its generation."""
+    at = float("inf") if placed == "after" else int(placed.removeprefix("decode="))
+
+    def arrived(version: int) -> bool:
+        if switches.steps < at:
+            return False
+        weights.announcement(version)
+        return True
+    return arrived
+
+
 def serve(run: Run, store: dist.Store, start: int, loader_state: dict, trainers: list[Connection], pool: Pool) -> bool:
     """Generate and score batches start+1..steps, each with the weights the schedule names; each of
     `trainers` (a connection per trainer rank, in rank order) takes its share of each (sent by
@@ -218,13 +231,16 @@ def serve(run: Run, store: dist.Store, start: int, loader_state: dict, trainers:
             timer = StageTimer()
             batch = run.loader.peek_batch()  # the step's slots, which the trainer ranks' shares follow
             if partial:  # newer weights mid-generation: every `every` decode steps, or as each arrives (0)
-                engine.switches = WeightSwitches(every, switch_versions(step, first), receive, weights.arrived)
+                switches = WeightSwitches(every, switch_versions(step, first), receive, weights.arrived)
+                if every == 0 and (placed := testhooks.action("partial.arrival")):
+                    switches.arrived = arrival_at(placed, switches, weights)
+                engine.switches = switches
             try:
                 scored = rollout_stage(run, step, timer)
                 if partial:  # the switches its generation ended before: counted ones now (reproducible), ones
-                    left, engine.switches = engine.switches.versions, None  # on arrival when arrived (or last)
-                    for later in left:
-                        if every == 0 and step < t.steps and not weights.arrived(later):
+                    engine.switches = None  # on arrival when arrived (or last); the rest at the next batch's start
+                    for later in switches.versions:
+                        if every == 0 and step < t.steps and not switches.arrived(later):
                             break
                         receive(later)
                 # every pool process (rank balance may be a collective of the pool); process 0 sends

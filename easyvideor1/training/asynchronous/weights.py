@@ -134,11 +134,15 @@ class WeightReceiver:
         self.hung_up("the weights")
         return version in self.announced
 
+    def announcement(self, version: int) -> None:
+        """Wait (polling `hung_up`) until trainer rank 0 has said it sends `version`."""
+        while version not in self.announced:
+            self.hung_up("the weights", within=POLL_S)
+
     def receive(self, version: int) -> None:
         """The weights after step `version`, into `params`."""
         self.trainers[0].send_bytes(pickle.dumps({"kind": "ready", "version": version}))
-        while version not in self.announced:
-            self.hung_up("the weights", within=POLL_S)
+        self.announcement(version)
         self.announced.remove(version)
         window = Window(self.group, self.hung_up, "the weights")
         for bucket in self.layout:
