@@ -51,7 +51,7 @@ def reference() -> dict[str, float]:
     return {"matmul": matmul, "python": python, "unit": matmul + python}
 
 
-def describe(ref: dict[str, float]) -> str:
+def describe_reference(ref: dict[str, float]) -> str:
     """`1 unit = 0.55 s here (matmul 0.24 s + Python 0.31 s, one thread)`."""
     return (f"1 unit = {ref['unit']:.2f} s here (matmul {ref['matmul']:.2f} s + Python {ref['python']:.2f} s, "
             "one thread)")

@@ -33,7 +33,7 @@ import time
 
 import pytest
 
-from easyvideor1.speed import describe
+from easyvideor1.speed import describe_reference
 
 BUDGET_UNITS = 300.0  # ~240 s on the CPU of the README's figures (1 unit ~ 0.8 s there)
 _SETUP = pytest.StashKey[float]()
@@ -130,7 +130,7 @@ def summary_lines(times: dict[str, float], reference: dict | None, wall_s: float
         unit = None
     else:
         unit = reference["unit"]
-        lines = [f"reference: {describe(reference)}",
+        lines = [f"reference: {describe_reference(reference)}",
                  f"suite: wall {_minutes(wall_s)} = {wall_s / unit:,.0f} units; CPU {cpu_s:,.0f} s = "
                  f"{cpu_s / unit:,.0f} units (the workers and every process they waited for)"]
     limit_s = limit_units * (unit or 0.8)

@@ -42,7 +42,9 @@ FIELD_ALIASES: dict[str, tuple[tuple[str, ...], str]] = {
     "answer": (("solution",), "`solution` wins when both are given; `answer` is then kept as "
                               "`original_answer` (MVBench: the option text beside the letter)"),
     "videos": (("path", "video"), "a path or a list of paths; `videos` first, then `path`, then `video`"),
-    "images": (("image", "image_path"), "`image` when `images` is absent; `image_path` is added to them"),
+    "images": (("image", "image_path", "path"), "`image` when `images` is absent; `image_path` is added to them; a "
+               "record with `data_type: image` and neither `images` nor `image` reads `path` as its image "
+               "(Video-R1's image records)"),
     "video_start": (("start",), "seconds; `video_start` wins"),
     "video_end": (("end",), "seconds; `video_end` wins"),
 }
