@@ -4,7 +4,7 @@ demo's time figures, so figures from different machines (or one machine on diffe
 Machines of one kind differ: on an AVX2-only EPYC one thread of fp32 matmul took twice as long as on
 the CPU of the README's figures, and `import torch, transformers` ~10 s. The unit is the best of
 three timings of what a tiny run spends its time on: 10 one-thread fp32 matmuls of 2048x512 @
-512x1536 (~0.24 s on an AVX-512 Xeon, ~0.35 s capped to AVX2) plus a pure-Python loop of dict updates and
+512x1536 (~0.24 s on an AVX-512 Xeon, ~0.28 s capped to AVX2) plus a pure-Python loop of dict updates and
 string joins (~0.3 s there). A machine that stays busy measures slower, as its work then runs.
 
     >>> from easyvideor1.speed import reference
