@@ -1,5 +1,5 @@
-"""A machine-speed reference: a fixed small workload whose time is the unit of the suite's and the
-demo's time figures, so figures from different machines (or one machine on different days) compare.
+"""A machine-speed reference: a fixed small workload whose time is the unit of the test suite's time
+figures (tests/budget.py), so figures from different machines (or one machine on different days) compare.
 
 Machines of one kind differ: on an AVX2-only EPYC one thread of fp32 matmul took twice as long as on
 the CPU of the README's figures, and `import torch, transformers` ~10 s. The unit is the best of
